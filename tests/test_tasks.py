@@ -1,0 +1,224 @@
+"""Task folder loading: strict validation, roofline formulas, and what the agent is allowed to see."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.tasks import Shape, Task, TaskError, list_tasks, load_task, tasks_root
+from workbench.tasks import roofline
+
+GOOD_TOML = """\
+name = "demo"
+description = "A demo task."
+entry = "forward"
+outputs = ["y"]
+plausible_speedup = 8.0
+
+[tolerance]
+metric = "rel_rms"
+value = 1e-5
+
+[roofline]
+flops = "5 * rows * cols"
+bytes = "2 * fp32 * rows * cols"
+
+[forbidden]
+imports = ["fla"]
+torch_ops = ["softmax"]
+
+[[shapes.cuda]]
+name = "S1"
+params = { rows = 1024, cols = 4096 }
+
+[[shapes.cpu]]
+name = "C1"
+params = { rows = 3, cols = 7 }
+
+[[shapes.heldout]]
+name = "H1"
+params = { rows = 999, cols = 3001 }
+
+[[shapes.heldout_cpu]]
+name = "HC1"
+params = { rows = 2, cols = 5 }
+"""
+
+
+def make_task(root: Path, toml: str = GOOD_TOML, name: str = "demo", seed: bool = True) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.toml").write_text(toml)
+    (folder / "reference.py").write_text("def make_inputs(shape, seed, device):\n    return {}\n")
+    if seed:
+        (folder / "seed.py").write_text("def forward():\n    return None\n")
+    return folder
+
+
+def error_for(tmp_path: Path, toml: str) -> str:
+    make_task(tmp_path, toml)
+    with pytest.raises(TaskError) as info:
+        load_task("demo", tmp_path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(tmp_path / "demo" / "task.toml") in message
+    return message
+
+
+def test_good_task_loads(tmp_path):
+    make_task(tmp_path)
+    task = load_task("demo", tmp_path)
+    assert isinstance(task, Task)
+    assert (task.name, task.entry, task.outputs) == ("demo", "forward", ["y"])
+    assert task.tolerance == {"metric": "rel_rms", "value": 1e-5, "per_output": {}}
+    assert task.tol("y") == 1e-5
+    assert task.plausible_speedup == 8.0
+    assert task.forbidden_imports == ["fla"] and task.forbidden_torch_ops == ["softmax"]
+    assert set(task.shapes) == {"cuda", "cpu", "heldout", "heldout_cpu"}
+    assert task.shapes["cpu"] == [Shape("C1", {"rows": 3, "cols": 7})]
+    assert task.dir == tmp_path / "demo"
+    assert task.reference.name == "reference.py" and task.seed.name == "seed.py" and task.baseline is None
+
+
+def test_floor_ms_uses_hard_peaks(tmp_path):
+    make_task(tmp_path)
+    task = load_task("demo", tmp_path)
+    flops, nbytes = task.work("S1")
+    assert (flops, nbytes) == (5 * 1024 * 4096, 8 * 1024 * 4096)
+    assert task.floor_ms("S1", "cuda") == pytest.approx(max(nbytes / 4.8e12, flops / 989e12) * 1e3)
+    assert task.floor_ms(task.shapes["cuda"][0]) == task.floor_ms("S1", "cuda")
+    assert task.floor_ms("C1", "cpu") is None
+
+
+def test_flop_bound_floor(tmp_path):
+    toml = GOOD_TOML.replace('flops = "5 * rows * cols"', 'flops = "2 * rows * cols * 100000"')
+    make_task(tmp_path, toml)
+    task = load_task("demo", tmp_path)
+    assert task.floor_ms("S1") == pytest.approx(2 * 1024 * 4096 * 100000 / 989e12 * 1e3)
+
+
+def test_public_view_hides_heldout(tmp_path):
+    make_task(tmp_path)
+    view = load_task("demo", tmp_path).public_view()
+    text = json.dumps(view)
+    assert set(view["shapes"]) == {"cuda", "cpu"}
+    assert "H1" not in text and "HC1" not in text and "3001" not in text
+    assert view["shapes"]["cuda"][0]["floor_ms"] > 0
+    assert view["forbidden"] == {"imports": ["fla"], "torch_ops": ["softmax"]}
+
+
+def test_softmax_task_ships_valid():
+    task = load_task("softmax")
+    assert task.baseline is not None and task.seed.is_file()
+    assert len(task.shapes["cuda"]) >= 4 and len(task.shapes["cpu"]) >= 4
+    assert task.shapes["heldout"] and task.shapes["heldout_cpu"]
+    text = json.dumps(task.public_view())
+    for group in ("heldout", "heldout_cpu"):
+        for shape in task.shapes[group]:
+            assert f'"{shape.name}"' not in text
+
+
+def test_broken_toml(tmp_path):
+    assert "invalid TOML" in error_for(tmp_path, GOOD_TOML + "\nthis is = = not toml\n")
+
+
+def test_unknown_top_level_key(tmp_path):
+    message = error_for(tmp_path, "bogus = 1\n" + GOOD_TOML)
+    assert "bogus: unknown key" in message
+
+
+def test_unknown_nested_key(tmp_path):
+    message = error_for(tmp_path, GOOD_TOML.replace('metric = "rel_rms"', 'metric = "rel_rms"\natol = 1'))
+    assert "tolerance.atol: unknown key" in message
+
+
+def test_missing_key(tmp_path):
+    message = error_for(tmp_path, GOOD_TOML.replace('entry = "forward"\n', ""))
+    assert "entry: missing required key" in message
+
+
+def test_missing_shapes_group(tmp_path):
+    toml = GOOD_TOML.replace('[[shapes.cpu]]\nname = "C1"\nparams = { rows = 3, cols = 7 }\n', "")
+    assert "shapes.cpu: missing required key" in error_for(tmp_path, toml)
+
+
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        ("plausible_speedup = 8.0", 'plausible_speedup = "fast"', "plausible_speedup: must be a number"),
+        ("plausible_speedup = 8.0", "plausible_speedup = true", "plausible_speedup: must be a number"),
+        ('outputs = ["y"]', 'outputs = "y"', "outputs: must be a list"),
+        ('outputs = ["y"]', 'outputs = ["y", "y"]', "outputs: has duplicate"),
+        ('entry = "forward"', 'entry = "not an ident"', "entry: 'not an ident' is not a Python identifier"),
+        ("value = 1e-5", "value = -1.0", "tolerance.value: must be finite and > 0"),
+        ('metric = "rel_rms"', 'metric = "allclose"', "tolerance.metric"),
+        ("rows = 3, cols = 7", "rows = [3], cols = 7", "shapes.cpu[0].params.rows"),
+        ('name = "HC1"', 'name = "C1"', "shapes.heldout_cpu[0].name: 'C1' is already used"),
+        ('name = "demo"', 'name = "other"', "name: 'other' does not match the folder name 'demo'"),
+    ],
+)
+def test_wrong_types_and_values(tmp_path, old, new, expected):
+    assert old in GOOD_TOML
+    assert expected in error_for(tmp_path, GOOD_TOML.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    "expr,expected",
+    [
+        ("__import__('os').system('true')", "only calls to"),
+        ("rows.bit_length()", "only calls to"),
+        ("rows.real", "Attribute is not allowed"),
+        ("rows * colz", "unknown name 'colz' (shape S1 in shapes.cuda)"),
+        ("2 ** 100000", "exponent"),
+        ("rows / (cols - cols)", "division by zero"),
+        ("rows if cols else 1", "IfExp is not allowed"),
+        ("'abc'", "only numeric constants"),
+        ("rows *", "invalid expression"),
+        ("0 - rows", "non-negative"),
+    ],
+)
+def test_bad_roofline_expression(tmp_path, expr, expected):
+    message = error_for(tmp_path, GOOD_TOML.replace('"5 * rows * cols"', json.dumps(expr)))
+    assert "roofline.flops" in message and expected in message
+
+
+def test_roofline_names_and_functions():
+    scope = roofline.names({"rows": 3, "dtype": "bfloat16", "h0": True, "label": "x"})
+    assert scope["dtype_bytes"] == 2 and scope["h0"] == 1 and scope["fp32"] == 4 and "label" not in scope
+    tree = roofline.parse("cdiv(rows, 2) * dtype_bytes + max(h0, 0.5) + ceil(1.2)")
+    assert roofline.evaluate(tree, scope) == 2 * 2 + 1 + 2
+
+
+def test_unknown_task(tmp_path):
+    make_task(tmp_path)
+    with pytest.raises(TaskError, match="unknown task 'nope'.*tasks: demo"):
+        load_task("nope", tmp_path)
+    with pytest.raises(TaskError, match="not a valid task name"):
+        load_task("../demo", tmp_path)
+
+
+def test_missing_seed_file(tmp_path):
+    make_task(tmp_path, seed=False)
+    with pytest.raises(TaskError, match=r"seed\.py: missing"):
+        load_task("demo", tmp_path)
+
+
+def test_list_tasks_reports_broken_ones(tmp_path):
+    make_task(tmp_path)
+    make_task(tmp_path, GOOD_TOML.replace('name = "demo"', 'name = "broken"') + "oops = 1\n", name="broken")
+    (tmp_path / "not_a_task").mkdir()
+    found = list_tasks(tmp_path)
+    assert [type(x) for x in found] == [TaskError, Task]
+    assert "oops" in str(found[0]) and found[1].name == "demo"
+    assert list_tasks(tmp_path / "missing") == []
+
+
+def test_tasks_root_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_KERNELS", str(tmp_path))
+    assert tasks_root() == tmp_path
+    make_task(tmp_path)
+    assert load_task("demo").name == "demo"
+    monkeypatch.delenv("WORKBENCH_KERNELS")
+    assert (tasks_root() / "softmax" / "task.toml").is_file()

@@ -1,0 +1,150 @@
+"""What a timing ran on: GPU name, UUID, driver, clocks and throttle state, and the software versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import threading
+from typing import Any
+
+_SMI_FIELDS = [
+    "name",
+    "uuid",
+    "driver_version",
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "clocks.max.mem",
+    "temperature.gpu",
+    "power.draw",
+    "pstate",
+]
+_THROTTLE_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+"""Newer drivers renamed throttle reasons to clock event reasons; one of the two names works."""
+
+IDLE_REASON = 0x1
+"""The "GPU idle" bit: harmless, every other active reason means the clocks were held down."""
+
+
+def _smi_target() -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or "0"
+
+
+def smi_query() -> dict[str, Any]:
+    """One nvidia-smi query of the GPU this process uses; {} when nvidia-smi is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {}
+    for extra in [[name] for name in _THROTTLE_FIELDS] + [[]]:
+        fields = _SMI_FIELDS + extra
+        try:
+            proc = subprocess.run(
+                [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", _smi_target()],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        if proc.returncode == 0 and proc.stdout.strip():
+            values = [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+            keys = ["throttle.active" if f in _THROTTLE_FIELDS else f for f in fields]
+            return dict(zip(keys, values))
+    return {}
+
+
+def throttled(row: dict[str, Any]) -> str | None:
+    """The active throttle reasons other than idle, as hex, or None when the clocks were free."""
+    raw = row.get("throttle.active")
+    try:
+        mask = int(str(raw), 16)
+    except (TypeError, ValueError):
+        return None
+    return hex(mask) if mask & ~IDLE_REASON else None
+
+
+def collect(device: str) -> dict[str, Any]:
+    """Versions and device facts for the result's "env" (imports torch and triton; trusted process only)."""
+    import numpy
+    import torch
+    import triton
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "numpy": numpy.__version__,
+        "host": platform.node(),
+        "device": device,
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            gpu=torch.cuda.get_device_name(0),
+            capability=f"{props.major}.{props.minor}",
+            sms=props.multi_processor_count,
+            memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+        )
+        smi = smi_query()
+        if smi:
+            env.update(driver=smi.get("driver_version"), uuid=smi.get("uuid"))
+            env["clocks_before"] = smi
+    else:
+        env["interpreter"] = os.environ.get("TRITON_INTERPRET") == "1"
+    return env
+
+
+class ClockSampler(threading.Thread):
+    """Samples clocks, temperature, power and throttle reasons while timing runs (idle clocks say nothing).
+
+    It runs in the trusted harness, whose CPU is not the candidate worker's, and sleeps between samples.
+    """
+
+    def __init__(self, interval_s: float = 1.0):
+        super().__init__(name="clock-sampler", daemon=True)
+        self.interval_s = interval_s
+        self.samples: list[dict[str, Any]] = []
+        self._halt = threading.Event()  # not _stop: Thread uses that name itself
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            row = smi_query()
+            if row:
+                self.samples.append(row)
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling and summarise: clock ranges, peak temperature and power, union of throttle reasons."""
+        self._halt.set()
+        self.join(timeout=30)
+
+        def nums(key: str) -> list[float]:
+            out = []
+            for row in self.samples:
+                try:
+                    out.append(float(row[key]))
+                except (KeyError, ValueError):
+                    pass
+            return out
+
+        mask = 0
+        for row in self.samples:
+            try:
+                mask |= int(str(row.get("throttle.active")), 16)
+            except ValueError:
+                pass
+        summary: dict[str, Any] = {"samples": len(self.samples)}
+        for key, name in (("clocks.sm", "sm_mhz"), ("clocks.mem", "mem_mhz")):
+            values = nums(key)
+            if values:
+                summary[name] = [min(values), max(values)]
+        for key, name in (("temperature.gpu", "temp_c_max"), ("power.draw", "power_w_max")):
+            values = nums(key)
+            if values:
+                summary[name] = max(values)
+        summary["throttle.active"] = hex(mask)
+        return summary

@@ -1,0 +1,13 @@
+"""Evaluator error types and the closed set of verdicts."""
+
+from __future__ import annotations
+
+VERDICTS = ("ok", "compile_error", "incorrect", "forbidden", "timeout", "crash", "implausible")
+"""Every verdict a result can carry (the evaluator JSON contract)."""
+
+
+class EvalUsageError(Exception):
+    """The evaluation could not start for a reason outside the candidate (missing file, bad device, no CUDA).
+
+    The CLI maps it to exit status 2.
+    """

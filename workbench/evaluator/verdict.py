@@ -1,0 +1,106 @@
+"""Turn the trusted harness's measurements into the contract result: per-shape rows, verdict, message, speedup."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.tasks import Task
+
+MEASURED_COPY_TB_S = 4.25
+"""Our measured H200 on-GPU copy rate: an implied bandwidth above it is suspicious, though not impossible."""
+
+_ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_ms", "reps", "baseline_rel_err",
+               "seeds_checked", "problem")
+
+
+def clean(value: Any) -> Any:
+    """Replace NaN/inf floats (anywhere in nested data) by None, so the result is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean of positive values; None when there are none or one is not positive."""
+    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def shape_entry(row: dict[str, Any], task: "Task", device: str) -> dict[str, Any]:
+    """One contract shape entry (plus extras) from a harness row."""
+    ms, base = row.get("ms"), row.get("baseline_ms")
+    speedup = base / ms if isinstance(ms, (int, float)) and isinstance(base, (int, float)) and ms > 0 else None
+    entry = {
+        "name": row["name"],
+        "correct": row.get("correct"),
+        "rel_err": row.get("rel_err"),
+        "ms": ms,
+        "baseline_ms": base,
+        "speedup": speedup,
+        "floor_ms": task.floor_ms(row["name"], device),
+    }
+    entry.update({k: row[k] for k in _ROW_EXTRAS if k in row})
+    return entry
+
+
+def _where(stage: dict[str, Any]) -> str:
+    if not stage or "shape" not in stage:
+        return ""
+    parts = [f"shape {stage['shape']}"]
+    if stage.get("seed") is not None:
+        parts.append(f"seed {stage['seed']}")
+    return " (" + ", ".join(parts) + ")"
+
+
+def judge(
+    task: "Task",
+    device: str,
+    rows: list[dict[str, Any]],
+    failure: dict[str, Any] | None,
+    baseline: str,
+) -> tuple[str, str, list[str]]:
+    """Decide the verdict and its one-line message.
+
+    Returns:
+        (verdict, message, warnings).
+    """
+    warnings: list[str] = []
+    if failure is not None:
+        message = failure["message"]
+        if failure.get("stage", {}).get("stage") in ("forward", "warmup", "timing", "revalidate"):
+            message += _where(failure["stage"])
+        return failure["verdict"], message, warnings
+    bad = [r for r in rows if r.get("correct") is False]
+    if bad:
+        first = bad[0]
+        label = "held-out shape" if first.get("role") == "heldout" else "shape"
+        count = f" ({len(bad)} of {len(rows)} shapes fail)" if len(bad) > 1 else ""
+        return "incorrect", f"incorrect on {label} {first['name']}, {first.get('problem')}{count}", warnings
+    if device == "cuda":
+        for row in rows:
+            ms, floor = row.get("ms"), task.floor_ms(row["name"], "cuda")
+            if ms is None:
+                continue
+            if floor is not None and ms < floor:
+                return ("implausible",
+                        f"implausible: {row['name']} took {ms:.4g} ms, under the roofline floor {floor:.4g} ms",
+                        warnings)
+            base = row.get("baseline_ms")
+            if base and ms > 0 and base / ms > task.plausible_speedup:
+                return ("implausible",
+                        f"implausible: {row['name']} is {base / ms:.3g}x faster than {baseline}, above the task's "
+                        f"plausible_speedup {task.plausible_speedup:g}x; needs review before it can count",
+                        warnings)
+            _, nbytes = task.work(row["name"])
+            tb_s = nbytes / (ms * 1e-3) / 1e12
+            if tb_s > MEASURED_COPY_TB_S:
+                warnings.append(f"{row['name']}: implied bandwidth {tb_s:.2f} TB/s is above the measured copy rate "
+                                f"{MEASURED_COPY_TB_S} TB/s")
+    return "ok", "", warnings

@@ -1,0 +1,141 @@
+"""The Task and Shape a task folder describes, and the roofline floor derived from them."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.tasks import roofline
+
+PEAKS: dict[str, dict[str, float]] = {
+    "cuda": {"bytes_per_s": 4.8e12, "flops_per_s": 989e12},
+}
+"""Hard hardware limits per device kind (H200: HBM3e 4.8 TB/s, dense bf16 989 TFLOP/s). A time under the floor
+they imply is physically impossible, so it can only be a measurement bug or a cheat. The Triton interpreter on a
+CPU has no meaningful peak, so "cpu" has no entry and no floor."""
+
+SHAPE_GROUPS = ("cuda", "cpu", "heldout", "heldout_cpu")
+"""The shape lists of a task: timed CUDA shapes, interpreter shapes, and their held-out counterparts."""
+
+PUBLIC_GROUPS = ("cuda", "cpu")
+"""The shape lists the agent may see; the held-out ones never leave the evaluator."""
+
+
+class TaskError(Exception):
+    """A task folder that cannot be used; the message is one line naming the file and the key."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One problem size: a name and the params `make_inputs` interprets (ints, floats, strings, bools)."""
+
+    name: str
+    params: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, safe to put into JSON."""
+        return {"name": self.name, "params": dict(self.params)}
+
+
+@dataclass
+class Task:
+    """A loaded, validated task folder (kernels/<name>/)."""
+
+    name: str
+    description: str
+    entry: str
+    """The function a candidate defines, with the same parameters as reference.forward."""
+    outputs: list[str]
+    """Names of forward's outputs, in order."""
+    tolerance: dict[str, Any]
+    """``{"metric": "rel_rms", "value": float, "per_output": {output: float}}``."""
+    roofline: dict[str, str]
+    """``{"flops": expr, "bytes": expr}``: formulas over a shape's params."""
+    forbidden_imports: list[str]
+    forbidden_torch_ops: list[str]
+    plausible_speedup: float
+    shapes: dict[str, list[Shape]]
+    """Keys cuda, cpu, heldout, heldout_cpu (each possibly empty)."""
+    dir: Path
+    reference: Path
+    seed: Path
+    baseline: Path | None = None
+    _trees: dict[str, ast.Expression] = field(default_factory=dict, repr=False, compare=False)
+
+    def tol(self, output: str) -> float:
+        """The tolerance for one output: its per-output override, else the task-wide value."""
+        return float(self.tolerance.get("per_output", {}).get(output, self.tolerance["value"]))
+
+    def shape(self, name: str) -> Shape:
+        """Find a shape by name in any group.
+
+        Raises:
+            KeyError: no shape has that name.
+        """
+        for group in SHAPE_GROUPS:
+            for shape in self.shapes.get(group, []):
+                if shape.name == name:
+                    return shape
+        raise KeyError(name)
+
+    def work(self, shape: Shape | str) -> tuple[float, float]:
+        """(flops, bytes) of one shape from the task's roofline formulas (never from kernel output)."""
+        if isinstance(shape, str):
+            shape = self.shape(shape)
+        scope = roofline.names(shape.params)
+        values = []
+        for key in ("flops", "bytes"):
+            tree = self._trees.get(key) or roofline.parse(self.roofline[key])
+            self._trees[key] = tree
+            values.append(roofline.evaluate(tree, scope))
+        return values[0], values[1]
+
+    def floor_ms(self, shape: Shape | str, device_kind: str = "cuda") -> float | None:
+        """The roofline floor: max(bytes / peak bandwidth, flops / peak compute), in milliseconds.
+
+        Args:
+            shape: a Shape of this task or its name.
+            device_kind: "cuda" (H200 peaks) or "cpu" (no floor).
+
+        Returns:
+            The floor in ms, or None for a device kind with no meaningful peak (the Triton interpreter).
+        """
+        peaks = PEAKS.get(device_kind)
+        if peaks is None:
+            return None
+        flops, nbytes = self.work(shape)
+        return max(nbytes / peaks["bytes_per_s"], flops / peaks["flops_per_s"]) * 1e3
+
+    def public_view(self) -> dict[str, Any]:
+        """Everything the agent may see: the goal contract without any held-out shape (names included)."""
+        shapes: dict[str, list[dict[str, Any]]] = {}
+        for group in PUBLIC_GROUPS:
+            rows = []
+            for shape in self.shapes.get(group, []):
+                row = shape.to_dict()
+                if group == "cuda":
+                    row["floor_ms"] = self.floor_ms(shape, "cuda")
+                rows.append(row)
+            shapes[group] = rows
+        return {
+            "name": self.name,
+            "description": self.description,
+            "entry": self.entry,
+            "outputs": list(self.outputs),
+            "tolerance": {
+                "metric": self.tolerance["metric"],
+                "value": self.tolerance["value"],
+                "per_output": dict(self.tolerance.get("per_output", {})),
+            },
+            "roofline": dict(self.roofline),
+            "forbidden": {"imports": list(self.forbidden_imports), "torch_ops": list(self.forbidden_torch_ops)},
+            "plausible_speedup": self.plausible_speedup,
+            "shapes": shapes,
+            "files": {
+                "reference": str(self.reference),
+                "seed": str(self.seed),
+                "baseline": str(self.baseline) if self.baseline else None,
+            },
+        }
