@@ -1,0 +1,143 @@
+"""KDA task: oracle, seed and our chunked kernel under the Triton CPU interpreter (fp32, small odd shapes)."""
+
+import importlib.util
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+TASK_DIR = Path(__file__).resolve().parent.parent / "kernels" / "kda"
+
+# Set for the whole process, not around the imports: Triton reads the flag again at first launch, and this suite
+# runs where there is no GPU anyway.
+os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _load(name: str):
+    """Import a task file by path: kernels/ holds task folders, not packages."""
+    spec = importlib.util.spec_from_file_location(f"kda_test_{name}", TASK_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REF = _load("reference")
+SEED = _load("seed")
+OURS = _load("kda_chunked")
+BASE = _load("baseline")
+TASK = tomllib.loads((TASK_DIR / "task.toml").read_text())
+TOL = TASK["tolerance"]["value"]
+# fp32 in the interpreter is exact to rounding, far tighter than the bf16-calibrated task tolerance, so an
+# anchoring, padding or masking slip cannot hide under it.
+TIGHT = 2e-5
+
+
+def rel_rms(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    assert torch.isfinite(out).all(), "non-finite output"
+    return ((out - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+
+
+def _inputs(seed: int = 0, **params) -> dict:
+    return REF.make_inputs({"dtype": "float32", **params}, seed, "cpu")
+
+
+def test_task_toml_matches_folder_and_covers_edge_cases():
+    assert TASK["name"] == TASK_DIR.name
+    assert TASK["outputs"] == ["o", "final_state"]
+    cuda = {s["name"] for s in TASK["shapes"]["cuda"]}
+    assert cuda == {f"K{i}" for i in range(1, 8)}
+    held = [s["params"] for s in TASK["shapes"]["heldout"]]
+    assert any(p["T"] % 64 and p["T"] % 16 for p in held), "held-out needs a T off the chunk grid"
+    assert any(p.get("gate") == "lower_bound" for p in held), "held-out needs the all g = -5 gate"
+    assert any(p["B"] * p["H"] < 132 for p in held), "held-out needs fewer heads than SMs"
+    assert all(p.get("h0", True) for p in held), "held-out shapes carry an initial state"
+
+
+def test_make_inputs_is_deterministic_and_in_contract():
+    a = _inputs(3, B=1, T=20, H=2, K=16, V=16)
+    b = _inputs(3, B=1, T=20, H=2, K=16, V=16)
+    for key in ("q", "k", "v", "g", "beta", "initial_state"):
+        assert torch.equal(a[key], b[key])
+    assert torch.allclose(a["k"].norm(dim=-1), torch.ones(1), atol=1e-5)
+    assert float(a["g"].max()) < 0 and float(a["g"].min()) >= -5
+    assert _inputs(0, B=1, T=5, H=1, K=16, V=16, h0=False)["initial_state"] is None
+    assert torch.all(_inputs(0, B=1, T=5, H=1, K=16, V=16, gate="lower_bound")["g"] == -5)
+
+
+def test_oracle_matches_one_hand_step():
+    inp = _inputs(1, B=1, T=1, H=1, K=16, V=16)
+    o, s = REF.forward(**inp)
+    S = inp["initial_state"][0, 0].double() * inp["g"][0, 0, 0].double().exp()[:, None]
+    k, v, q = inp["k"][0, 0, 0].double(), inp["v"][0, 0, 0].double(), inp["q"][0, 0, 0].double()
+    S = S + inp["beta"][0, 0, 0].double() * torch.outer(k, v - S.T @ k)
+    assert torch.allclose(s[0, 0].double(), S, atol=1e-6)
+    assert torch.allclose(o[0, 0, 0].double(), S.T @ (q * inp["scale"]), atol=1e-6)
+
+
+@pytest.mark.parametrize("params", [
+    {"B": 1, "T": 37, "H": 2, "K": 16, "V": 16},
+    {"B": 2, "T": 23, "H": 1, "K": 32, "V": 16, "gate": "lower_bound", "h0": False},
+])
+def test_seed_matches_oracle(params):
+    inp = _inputs(0, **params)
+    o, s = SEED.forward(**inp)
+    ro, rs = REF.forward(**inp)
+    assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
+
+
+@pytest.mark.parametrize("params", [
+    {"B": 1, "T": 1, "H": 2, "K": 16, "V": 16},
+    {"B": 1, "T": 65, "H": 2, "K": 16, "V": 32, "gate": "lower_bound"},
+    {"B": 2, "T": 130, "H": 1, "K": 32, "V": 32, "gate": "mild", "h0": False},
+])
+def test_chunked_matches_oracle(params):
+    inp = _inputs(0, **params)
+    o, s = OURS.forward(**inp)
+    ro, rs = REF.forward(**inp)
+    assert o.shape == ro.shape and o.dtype == inp["v"].dtype and s.dtype == torch.float32
+    assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
+
+
+def test_chunked_is_causal_inside_a_chunk():
+    """Changing tokens from p on leaves o[:p] untouched, bit for bit (no look-ahead anchor, FLA #1240)."""
+    params = {"B": 1, "T": 80, "H": 2, "K": 16, "V": 16}
+    inp = _inputs(0, **params)
+    other = _inputs(1, **params)
+    p = 40  # rows 32..39 share a 16-row sub-chunk and a 64-row chunk with the changed rows
+    alt = {key: (val.clone() if torch.is_tensor(val) else val) for key, val in inp.items()}
+    for key in ("q", "k", "v", "g", "beta"):
+        alt[key][:, p:] = other[key][:, p:]
+    o1, _ = OURS.forward(**inp)
+    o2, _ = OURS.forward(**alt)
+    assert torch.equal(o1[:, :p], o2[:, :p])
+    assert not torch.allclose(o1[:, p:], o2[:, p:])
+
+
+def test_ignoring_the_initial_state_fails_the_check():
+    # the mild gate keeps h0 alive to the last token, so both outputs must notice it
+    inp = _inputs(0, B=1, T=37, H=2, K=16, V=16, gate="mild")
+    ro, rs = REF.forward(**inp)
+    o, s = OURS.forward(**{**inp, "initial_state": None})
+    assert rel_rms(o, ro) > TOL and rel_rms(s, rs) > TOL
+
+
+def test_chunked_rejects_unsupported_head_dims():
+    inp = _inputs(0, B=1, T=4, H=1, K=16, V=16)
+    inp["q"] = inp["k"] = torch.zeros(1, 4, 1, 24)
+    with pytest.raises(ValueError, match="powers of two"):
+        OURS.forward(**inp)
+
+
+def test_baseline_declares_fla_and_is_unavailable_without_cuda():
+    assert BASE.NAME == "fla.chunk_kda"
+    assert os.environ.get("FLA_FLASH_KDA") == "0" and os.environ.get("FLA_TILELANG") == "0"
+    if not torch.cuda.is_available():
+        assert BASE.available() is False
+
+
+def test_seed_declares_tunables_it_uses():
+    assert set(SEED.CONFIG) == set(SEED.TUNABLES)
+    assert all(SEED.CONFIG[k] in SEED.TUNABLES[k] for k in SEED.CONFIG)
