@@ -1,0 +1,41 @@
+"""The core never imports textual or rich: each core module is imported in a fresh interpreter to prove it."""
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import workbench
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = ("textual", "rich", "anthropic", "watchfiles")
+
+
+def core_modules() -> list[str]:
+    names = ["workbench.cli", "workbench.config"]
+    for info in pkgutil.walk_packages(workbench.__path__, "workbench."):
+        if info.name.startswith("workbench.ui") or info.name in names:
+            continue
+        names.append(info.name)
+    return sorted(names)
+
+
+def test_core_modules_load_without_textual_rich_or_network_clients():
+    modules = core_modules()
+    assert "workbench.journal" in modules and "workbench.evaluator" in modules
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"core imported: {out.stdout.strip()}"
+
+
+def test_cli_help_is_fast_and_headless():
+    code = "import sys; from workbench import cli; import workbench.cli; print('textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False"

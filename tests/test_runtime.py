@@ -1,0 +1,179 @@
+"""The shared step loop with the tuner backend: journal-first effects, budgets, nudges, pause, crash recovery."""
+
+import queue
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from workbench.agent.backends.tuner import TunerBackend, parse_pins
+from workbench.agent.budget import Budget
+from workbench.agent.commands import Command
+from workbench.agent.runtime import AgentRuntime
+from workbench.agent.sink import RecordingSink
+from workbench.agent.tunables import read_declared
+from workbench.journal import read_events
+from workbench.session import SessionStore
+from workbench.session.replay import load_state
+from workbench.session.state import SessionState
+
+SEED = '''"""toy kernel"""
+TUNABLES = {"BLOCK": [1, 2, 4, 8], "num_warps": [1, 2, 4]}
+CONFIG = {"BLOCK": 1, "num_warps": 1}
+
+
+def forward(x):
+    return x
+'''
+TASK = SimpleNamespace(name="toy", public_view=lambda: {"name": "toy"})
+
+
+def fake_evaluator(calls=None, fail_blocks=()):
+    """Speedup grows with BLOCK*num_warps; some BLOCK values are 'incorrect'."""
+
+    def evaluate(task, path, device):
+        config = read_declared(path.read_text()).config
+        if calls is not None:
+            calls.append(config)
+        if config["BLOCK"] in fail_blocks:
+            return {"verdict": "incorrect", "message": "S1 rel_err 1 > 1e-5", "speedup": None, "shapes": [],
+                    "timing_comparable": False}
+        speed = config["BLOCK"] * config["num_warps"] / 4
+        return {"verdict": "ok", "message": "", "speedup": speed, "timing_comparable": True,
+                "shapes": [{"name": "S1", "ms": 1 / speed, "speedup": speed}]}
+
+    return evaluate
+
+
+def new_runtime(tmp_path, budget, evaluator=None):
+    files = SessionStore(tmp_path).create(task="toy", agent="tuner", model=None, device="cpu",
+                                          budget=budget.to_dict())
+    runtime = AgentRuntime(files, SessionState(), TASK, TunerBackend(SEED), device="cpu", budget=budget,
+                           evaluator=evaluator or fake_evaluator(), checkpoint_every=5)
+    runtime.emit("session.created", {"id": files.id, "task": "toy", "agent": "tuner", "device": "cpu",
+                                     "budget": budget.to_dict()})
+    return runtime, files
+
+
+def test_tuner_runs_until_the_space_is_exhausted_and_keeps_the_best(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget())
+    sink = RecordingSink()
+    reason = runtime.run(threading.Event(), queue.Queue(), sink)
+    state = runtime.state
+    assert reason == "search space exhausted" and state.status == "finished"
+    assert len(state.attempts) == 12  # the whole 4 x 3 grid, each config once
+    assert state.best_attempt.params == {"BLOCK": 8, "num_warps": 4}
+    # one attempt per tool-call pair, every intent closed by a result
+    types = [e.type for e in sink.events]
+    assert types.count("tool.call") == types.count("tool.result") == 12
+    assert not state.in_flight
+    # attempts/NNNN are materialised with kernel, result and a diff against the parent
+    d = files.attempt_dir(3)
+    assert (d / "kernel.py").read_text() == state.attempts[3].source
+    assert (d / "result.json").exists() and (d / "diff.patch").exists()
+    files.close()
+
+
+def test_budget_stops_and_resume_continues_without_reusing_numbers(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=3))
+    assert runtime.run(threading.Event()).startswith("budget: max iterations (3)")
+    assert runtime.state.status == "stopped"
+    files.close()
+
+    files = SessionStore(tmp_path).open(files.id, writer=True)
+    state = load_state(files)
+    assert state.evaluated == 3 and state.status == "stopped"
+    resumed = AgentRuntime(files, state, TASK, TunerBackend(SEED), device="cpu", budget=Budget(max_iterations=5),
+                           evaluator=fake_evaluator())
+    resumed.run(threading.Event())
+    assert sorted(resumed.state.attempts) == [1, 2, 3, 4, 5]
+    seqs = [e.seq for e in read_events(files.dir / "events.jsonl")]
+    assert seqs == list(range(1, len(seqs) + 1))
+    files.close()
+
+
+def test_interrupted_tool_call_is_aborted_and_the_attempt_re_evaluated_once(tmp_path):
+    calls = []
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=1), fake_evaluator(calls))
+    runtime.run(threading.Event())
+    # simulate a crash in the middle of the next evaluate: intent and attempt journaled, no result
+    runtime.emit("tool.call", {"call_id": "c999999", "tool": "evaluate", "args": {}})
+    runtime.write_attempt(SEED.replace('"BLOCK": 1,', '"BLOCK": 2,'), note="x", params={"BLOCK": 2, "num_warps": 1},
+                          parent=1)
+    files.close()
+
+    files = SessionStore(tmp_path).open(files.id, writer=True)
+    state = load_state(files)
+    assert "c999999" in state.in_flight and state.attempts[2].verdict is None
+    rt = AgentRuntime(files, state, TASK, TunerBackend(SEED), device="cpu", budget=Budget(max_iterations=2),
+                      evaluator=fake_evaluator(calls))
+    rt.run(threading.Event())
+    aborted = [e for e in read_events(files.dir / "events.jsonl") if e.type == "tool.result" and e.data.get("aborted")]
+    assert [e.data["call_id"] for e in aborted] == ["c999999"]
+    assert rt.state.attempts[2].verdict == "ok" and sorted(rt.state.attempts) == [1, 2]
+    assert calls == [{"BLOCK": 1, "num_warps": 1}, {"BLOCK": 2, "num_warps": 1}]
+    files.close()
+
+
+def test_nudge_pins_a_tunable_and_is_journaled_received_then_acked(tmp_path):
+    calls = []
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=4), fake_evaluator(calls))
+    commands = queue.Queue()
+    commands.put(Command("nudge", "please try num_warps=4", persistent=True))
+    runtime.run(threading.Event(), commands)
+    received = [e for e in read_events(files.dir / "events.jsonl") if e.type.startswith("nudge.")]
+    assert [e.type for e in received] == ["nudge.received", "nudge.acked"]
+    assert "pinning num_warps=4" in received[1].data["note"]
+    # the seed runs first (it was chosen before the nudge), every later attempt honours the pin
+    assert all(c["num_warps"] == 4 for c in calls[1:]) and len(calls) == 4
+    files.close()
+
+
+def test_inbox_nudge_and_pause_resume_at_step_boundaries(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=2))
+    files.drop_nudge("free text the tuner cannot use", persistent=False)
+    commands = queue.Queue()
+    commands.put(Command("pause"))
+    stop = threading.Event()
+    worker = threading.Thread(target=runtime.run, args=(stop, commands))
+    worker.start()
+    worker.join(0.6)
+    assert worker.is_alive() and runtime.state.status == "paused" and not runtime.state.attempts
+    commands.put(Command("resume"))
+    worker.join(10)
+    assert not worker.is_alive()
+    acked = [n for n in runtime.state.nudges if n["acked"]]
+    assert len(acked) == 1 and not runtime.state.active_nudges()
+    assert runtime.state.elapsed_at() >= 0
+    files.close()
+
+
+def test_stop_event_ends_the_run_resumably(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget())
+    stop = threading.Event()
+    stop.set()
+    assert runtime.run(stop) == "stopped by the person"
+    assert runtime.state.status == "stopped"
+    files.close()
+
+
+def test_failing_seed_finishes_with_its_verdict(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget(), fake_evaluator(fail_blocks=(1,)))
+    reason = runtime.run(threading.Event())
+    assert reason.startswith("no correct kernel to tune: attempt 1 is incorrect")
+    files.close()
+
+
+def test_evaluator_exception_is_journaled_and_reraised(tmp_path):
+    def broken(task, path, device):
+        raise RuntimeError("boom")
+
+    runtime, files = new_runtime(tmp_path, Budget(), broken)
+    with pytest.raises(RuntimeError):
+        runtime.run(threading.Event())
+    assert runtime.state.status == "stopped" and "boom" in runtime.state.stop_reason
+    files.close()
+
+
+def test_parse_pins_only_takes_declared_names():
+    assert parse_pins("try num_warps=8, BLOCK=4 and foo=1", {"num_warps", "BLOCK"}) == {"num_warps": 8, "BLOCK": 4}

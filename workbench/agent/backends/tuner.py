@@ -1,0 +1,103 @@
+"""The offline tuner: searches the tunables a kernel declares, through the same tools as an LLM agent."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from workbench.agent.backends.base import Finish, ToolCall
+from workbench.agent.tunables import TunablesError, config_key, grid, neighbours, read_declared, with_config
+from workbench.session.state import SessionState
+from workbench.tasks import Task
+
+_PIN = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([^\s,;]+)")
+
+
+def parse_pins(text: str, names: set[str]) -> dict[str, Any]:
+    """Read `NAME=VALUE` pairs for declared tunables from a nudge ('try num_warps=8, BLOCK_ROWS=4')."""
+    pins: dict[str, Any] = {}
+    for name, raw in _PIN.findall(text):
+        if name not in names:
+            continue
+        try:
+            pins[name] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            pins[name] = raw
+    return pins
+
+
+class TunerBackend:
+    """Coordinate descent around the best config, then the rest of the grid, until the space is exhausted.
+
+    Nudges of the form NAME=VALUE pin a tunable: a persistent nudge for the rest of the run, a one-shot nudge
+    for the next attempt only. Other nudge text is acknowledged as not understood.
+    """
+
+    name = "tuner"
+    model: str | None = None
+
+    def __init__(self, seed_source: str) -> None:
+        self.seed_source = seed_source
+        """The kernel the session starts from (the task's seed.py unless the person chose another)."""
+
+    # -- decisions -----------------------------------------------------------------------------
+    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish:
+        """Re-evaluate an interrupted attempt, evaluate the seed, or try the next untried config."""
+        for attempt in sorted(state.attempts.values(), key=lambda a: a.n):
+            if attempt.verdict is None:
+                return ToolCall("evaluate", {"attempt": attempt.n})
+        if not state.attempts:
+            declared = self._declared(self.seed_source)
+            return ToolCall("evaluate", {"source": self.seed_source, "note": "seed", "params": declared.config})
+        base = state.best_attempt
+        if base is None:
+            first = state.attempts[min(state.attempts)]
+            return Finish(f"no correct kernel to tune: attempt {first.n} is {first.verdict}: {first.message}")
+        declared = self._declared(base.source)
+        space = dict(declared.space)
+        for name, value in self._pins(state, set(space)).items():
+            space[name] = [value]
+        tried = {config_key(a.params) for a in state.attempts.values()}
+        pinned = {k: values[0] for k, values in space.items() if values is not declared.space.get(k)}
+        start = {**declared.config, **pinned}
+        ordered = [start, *neighbours(space, start), *({**declared.config, **g} for g in grid(space))]
+        for config in ordered:
+            if config_key(config) not in tried:
+                changed = {k: v for k, v in config.items() if declared.config.get(k) != v}
+                note = ", ".join(f"{k}={v}" for k, v in changed.items()) or "re-run base"
+                return ToolCall(
+                    "evaluate",
+                    {"source": with_config(base.source, config), "params": config, "note": note, "parent": base.n},
+                )
+        return Finish("search space exhausted" + (" under pinned tunables" if space != declared.space else ""))
+
+    def acknowledge(self, nudge: dict[str, Any], state: SessionState, task: Task) -> str:
+        """Say which tunables the nudge pins, or that the tuner cannot act on free text."""
+        source = state.best_attempt.source if state.best_attempt else self.seed_source
+        try:
+            names = set(self._declared(source).space)
+        except TunablesError:
+            names = set()
+        pins = parse_pins(nudge["text"], names)
+        if not pins:
+            return "tuner: no NAME=VALUE for a declared tunable (" + ", ".join(sorted(names)) + "); noted only"
+        scope = "for the rest of the run" if nudge.get("persistent") else "for the next attempt"
+        return "tuner: pinning " + ", ".join(f"{k}={v!r}" for k, v in pins.items()) + " " + scope
+
+    # -- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def _declared(source: str):
+        return read_declared(source)
+
+    @staticmethod
+    def _pins(state: SessionState, names: set[str]) -> dict[str, Any]:
+        """Persistent pins that are active, plus one-shot pins received since the latest attempt was written."""
+        latest = state.current.written_seq if state.current else 0
+        pins: dict[str, Any] = {}
+        for nudge in state.nudges:
+            if nudge["persistent"] and nudge["active"]:
+                pins.update(parse_pins(nudge["text"], names))
+            elif not nudge["persistent"] and nudge["seq"] > latest:
+                pins.update(parse_pins(nudge["text"], names))
+        return pins

@@ -1,0 +1,56 @@
+"""HeadlessSink: progress lines on stdout for runs without a terminal UI (one line per attempt)."""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import Future
+from typing import TextIO
+
+from workbench.journal import Event
+from workbench.session.state import SessionState
+
+
+def attempt_line(state: SessionState, n: int) -> str:
+    """One progress line for an evaluated attempt, with the best so far."""
+    attempt = state.attempts[n]
+    speed = f"{attempt.speedup:.3f}x" if attempt.speedup is not None else "-"
+    ms = f"{attempt.ms:.4f} ms" if attempt.ms is not None else "-"
+    best = state.best_attempt
+    best_text = f"best {best.speedup:.3f}x @{best.n}" if best and best.speedup is not None else "best -"
+    flag = "" if attempt.timing_comparable else " (cpu-interpret: timing not comparable)"
+    note = f"  [{attempt.note}]" if attempt.note else ""
+    message = f"  {attempt.message}" if attempt.verdict != "ok" and attempt.message else ""
+    return f"attempt {n:4d}  {attempt.verdict:<13} {speed:>9} {ms:>14}  {best_text}{flag}{note}{message}"
+
+
+class HeadlessSink:
+    """Prints a line per evaluated attempt, nudge and stop; reads the runtime's live state."""
+
+    def __init__(self, state: SessionState, out: TextIO | None = None) -> None:
+        self.state = state
+        self.out = out or sys.stdout
+
+    def emit(self, event: Event) -> None:
+        """Print what a person following the run wants to see."""
+        if event.type == "eval.finished":
+            self._print(attempt_line(self.state, event.data["attempt"]))
+        elif event.type == "nudge.acked":
+            self._print(f"nudge {event.data['id']}: {event.data.get('note', '')}")
+        elif event.type == "run.stopped":
+            self._print(f"stopped: {event.data['reason']}")
+        elif event.type == "error":
+            self._print(f"error: {event.data['message']}")
+
+    def notify(self, text: str, severity: str = "information") -> None:
+        """Print a notice."""
+        self._print(text)
+
+    def ask(self, question: str) -> Future[str]:
+        """Headless runs cannot answer: the question is printed and the future cancelled."""
+        self._print(f"question (unanswered, headless): {question}")
+        future: Future[str] = Future()
+        future.cancel()
+        return future
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)

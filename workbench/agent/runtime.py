@@ -1,0 +1,317 @@
+"""AgentRuntime: the step loop every backend shares; every effect is journaled before anyone reacts to it."""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import uuid
+from concurrent.futures import Future
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from workbench.agent.backends.base import Backend, Finish, ToolCall
+from workbench.agent.budget import Budget
+from workbench.agent.commands import REVOKE_PREFIX, Command
+from workbench.agent.memory import DEFAULT_CONTEXT_TOKENS, SessionMemory, estimate_tokens, plan_compaction
+from workbench.agent.prompts import goal_text
+from workbench.agent.sink import NullSink, RunSink
+from workbench.agent.tools import TOOLS, ToolError, check_args, sha256_text
+from workbench.journal import Event
+from workbench.session.replay import checkpoint_record
+from workbench.session.state import SessionState, apply
+from workbench.tasks import Task
+
+Evaluator = Callable[..., dict[str, Any]]
+
+
+def json_safe(value: Any) -> Any:
+    """Replace NaN/inf (not JSON) by their names, so a NaN error figure can be journaled and still read."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _compact_args(args: Any) -> dict[str, Any]:
+    """Tool arguments as journaled in tool.call: kernel sources are journaled once, in attempt.written."""
+    if not isinstance(args, dict):
+        return {"invalid": repr(args)[:200]}
+    out = dict(args)
+    if isinstance(out.get("source"), str):
+        source = out.pop("source")
+        out["source_sha256"], out["source_chars"] = sha256_text(source), len(source)
+    return out
+
+
+class AgentRuntime:
+    """Runs one backend against one session until a budget, a finish, a stop or an error.
+
+    The runtime owns the session's journal writer. It is driven from one thread (the TUI's worker or the
+    headless main thread) and talks to the outside only through the RunSink and the command queue.
+    """
+
+    def __init__(
+        self,
+        files: Any,
+        state: SessionState,
+        task: Task,
+        backend: Backend,
+        *,
+        device: str,
+        budget: Budget,
+        evaluator: Evaluator | None = None,
+        checkpoint_every: int = 200,
+    ) -> None:
+        self.files = files
+        """The session folder (SessionFiles) holding the journal writer."""
+        self.state = state
+        """Live state: the fold of every event journaled so far."""
+        self.task = task
+        self.backend = backend
+        self.device = device
+        self.budget = budget
+        self.checkpoint_every = checkpoint_every
+        if evaluator is None:
+            from workbench.evaluator import evaluate as evaluator
+        self._evaluator = evaluator
+        self._sink: RunSink = NullSink()
+        self._paused = False
+        self._last_checkpoint_seq = state.last_seq
+        self._stop = threading.Event()
+        self._asks: dict[str, tuple[str, Future[str]]] = {}
+        self._call_id = ""
+        self.memory = SessionMemory.load(files, state, getattr(backend, "memory_kind", "tools"))
+        """The context window both backends share, rebuilt from the journal and kept in step by emit()."""
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, commands: "queue.Queue[Command] | None" = None, sink: RunSink | None = None) -> str:
+        """Run until something ends the run; returns the stop reason (also journaled as run.stopped)."""
+        self._sink = sink or NullSink()
+        self._stop = stop
+        commands = commands if commands is not None else queue.Queue()
+        resumed = self.state.status not in ("new", "created")
+        bind = getattr(self.backend, "bind", None)
+        if bind is not None:
+            bind(self)
+        self.emit(
+            "run.started",
+            {"budget": self.budget.to_dict(), "resumed": resumed, "agent": self.backend.name,
+             "model": self.backend.model, "device": self.device},
+        )
+        try:
+            self._recover_in_flight()
+            reason, final = self._loop(stop, commands)
+        except BaseException as exc:
+            self.emit("error", {"message": f"{type(exc).__name__}: {exc}"})
+            self.emit("run.stopped", {"reason": f"error: {type(exc).__name__}: {exc}", "final": False})
+            self.checkpoint()
+            raise
+        self.emit("run.stopped", {"reason": reason, "final": final})
+        self.checkpoint()
+        return reason
+
+    def _loop(self, stop: threading.Event, commands: "queue.Queue[Command]") -> tuple[str, bool]:
+        while True:
+            self._take_commands(commands)
+            while self._paused and not stop.is_set():
+                stop.wait(0.2)
+                self._take_commands(commands)
+            if stop.is_set():
+                return "stopped by the person", False
+            exceeded = self.budget.exceeded(self.state, datetime.now(timezone.utc))
+            if exceeded:
+                return f"budget: {exceeded}", False
+            action = self.backend.next_action(self.state, self.task)
+            if isinstance(action, Finish):
+                return action.reason, True
+            if action is not None:
+                self.call_tool(action)
+            if self.memory.kind == "tools":
+                # An LLM backend compacts right before a request, when the size of its delta is known.
+                self.maybe_compact()
+            if self.state.last_seq - self._last_checkpoint_seq >= self.checkpoint_every:
+                self.checkpoint()
+
+    def _take_commands(self, commands: "queue.Queue[Command]") -> None:
+        """Apply queued commands and inbox nudges: the only place a nudge or pause takes effect."""
+        while True:
+            try:
+                command = commands.get_nowait()
+            except queue.Empty:
+                break
+            if command.kind == "nudge":
+                self._nudge(command.text, command.persistent, "tui")
+            elif command.kind == "pause" and not self._paused:
+                self._paused = True
+                self.emit("run.paused", {})
+            elif command.kind == "resume" and self._paused:
+                self._paused = False
+                self.emit("run.resumed", {})
+            elif command.kind == "revoke":
+                self._revoke(command.text)
+        self._take_answers()
+        # The inbox file is deleted only after its nudge is journaled: a crash may deliver it twice, never lose it.
+        taken = self.files.take_inbox(
+            record=lambda item: self._nudge(str(item.get("text", "")), bool(item.get("persistent")), "inbox")
+        )
+        for item in taken:
+            if "error" in item:
+                self.emit("error", {"message": f"inbox: {item['error']}"})
+
+    def _nudge(self, text: str, persistent: bool, origin: str) -> None:
+        if not text.strip():
+            return
+        if text.strip().startswith(REVOKE_PREFIX.strip()):
+            self._revoke(text.strip()[len(REVOKE_PREFIX.strip()):].strip())
+            return
+        nudge = {"id": uuid.uuid4().hex[:8], "text": text.strip(), "persistent": persistent, "origin": origin}
+        self.emit("nudge.received", nudge)
+        note = self.backend.acknowledge(nudge, self.state, self.task)
+        self.emit("nudge.acked", {"id": nudge["id"], "note": note})
+
+    def _revoke(self, nudge_id: str) -> None:
+        """Withdraw a persistent nudge (journaled as nudge.acked, revoked: true); an unknown id is an error event."""
+        persistent = [n for n in self.state.active_nudges() if n["persistent"]]
+        matches = [n for n in persistent if nudge_id and n["id"].startswith(nudge_id)]
+        if len(matches) != 1:
+            known = ", ".join(n["id"] for n in persistent) or "none"
+            problem = "matches several" if matches else "matches no"
+            self.emit("error", {"message": f"revoke {nudge_id!r}: {problem} persistent nudge in force ({known})"})
+            return
+        self.emit("nudge.acked", {"id": matches[0]["id"], "revoked": True, "note": "revoked by the person"})
+
+    def ask(self, question: str) -> bool:
+        """Put a question to the person without waiting; returns whether anyone can answer it.
+
+        The answer, when the sink's future resolves, is journaled as a one-off nudge at a later step boundary.
+        """
+        future = self._sink.ask(question)
+        if future.done():
+            return False
+        self._asks[self._call_id or uuid.uuid4().hex[:8]] = (question, future)
+        return True
+
+    def _take_answers(self) -> None:
+        for key, (question, future) in list(self._asks.items()):
+            if not future.done():
+                continue
+            del self._asks[key]
+            if future.cancelled():
+                self._nudge(f"The person declined to answer your question: {question}", False, "answer")
+                continue
+            try:
+                answer = future.result()
+            except Exception as exc:  # the UI failed to answer; say so rather than lose the question
+                answer = f"(no answer: {type(exc).__name__})"
+            self._nudge(f"Answer to your question \"{question}\": {answer}", False, "answer")
+
+    def notify(self, text: str, severity: str = "information") -> None:
+        """A transient notice for the person (not journaled: the event it is about already is)."""
+        self._sink.notify(text, severity)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds` unless the run is stopped; True when it was (backends use it for retry waits)."""
+        return self._stop.wait(seconds)
+
+    # -- memory --------------------------------------------------------------------------------
+    def maybe_compact(self, extra_tokens: int = 0) -> Event | None:
+        """Journal a memory.compacted event when the context would pass its budget; returns it, or None.
+
+        Args:
+            extra_tokens: tokens about to be added outside the window (an LLM backend's next request delta).
+        """
+        limit = self.budget.context_tokens or getattr(self.backend, "context_tokens", DEFAULT_CONTEXT_TOKENS)
+        overhead_of = getattr(self.backend, "context_overhead", None)
+        overhead = overhead_of(self.state) if overhead_of else estimate_tokens(goal_text(self.state.goal))
+        data = plan_compaction(self.memory, self.state, limit=limit, overhead=overhead + extra_tokens)
+        return self.emit("memory.compacted", data) if data is not None else None
+
+    def _recover_in_flight(self) -> None:
+        """Close tool calls a crash interrupted: marked aborted, never silently re-run twice."""
+        for call_id, call in sorted(self.state.in_flight.items(), key=lambda kv: kv[1]["seq"]):
+            self.emit(
+                "tool.result",
+                {"call_id": call_id, "tool": call["tool"], "ok": False, "aborted": True,
+                 "error": "interrupted: the process ended before this call finished"},
+            )
+        for attempt in self.state.attempts.values():
+            self._ensure_attempt_files(attempt.n)
+
+    # -- tools ---------------------------------------------------------------------------------
+    def call_tool(self, action: ToolCall) -> dict[str, Any]:
+        """Journal the intent, run the tool, journal the result; a bad call is a tool error, not a crash."""
+        call_id = f"c{self.state.tool_calls + 1:06d}"
+        ref = {"ref": action.ref} if action.ref else {}
+        self.emit("tool.call", {"call_id": call_id, "tool": action.tool, "args": _compact_args(action.args), **ref})
+        tool = TOOLS.get(action.tool)
+        self._call_id = call_id
+        try:
+            if action.error:
+                raise ToolError(action.error)
+            if tool is None:
+                raise ToolError(f"unknown tool {action.tool!r} (tools: {', '.join(TOOLS)})")
+            outcome = tool.run(self, check_args(tool, action.args))
+        except ToolError as exc:
+            self.emit("tool.result", {"call_id": call_id, "tool": action.tool, "ok": False, "error": str(exc), **ref})
+            return {"ok": False, "error": str(exc)}
+        finally:
+            self._call_id = ""
+        data = {k: v for k, v in outcome.data.items() if k not in ("result", "source", "task")}
+        self.emit("tool.result", {"call_id": call_id, "tool": action.tool, "ok": True, "summary": outcome.summary,
+                                  "data": data, **ref})
+        return {"ok": True, "summary": outcome.summary, **outcome.data}
+
+    def write_attempt(self, source: str, *, note: str, params: dict[str, Any], parent: int | None,
+                      author: str = "agent") -> int:
+        """Journal a new attempt (with its source), then materialise attempts/NNNN/ from it."""
+        n = self.state.next_attempt
+        self.emit(
+            "attempt.written",
+            {"attempt": n, "parent": parent, "sha256": sha256_text(source), "author": author, "note": note,
+             "params": params, "source": source},
+        )
+        self._ensure_attempt_files(n)
+        return n
+
+    def _ensure_attempt_files(self, n: int) -> Path:
+        """attempts/NNNN/kernel.py is derived from the journal; recreate it if a crash left it missing."""
+        path = self.files.attempt_dir(n) / "kernel.py"
+        if not path.exists():
+            attempt = self.state.attempts[n]
+            parent = self.state.attempts.get(attempt.parent) if attempt.parent is not None else None
+            self.files.write_attempt(n, kernel=attempt.source, parent_kernel=parent.source if parent else None,
+                                     parent=attempt.parent)
+        return path
+
+    def evaluate_attempt(self, n: int) -> dict[str, Any]:
+        """Evaluate attempt n in a fresh process; journal the result as eval.finished."""
+        path = self._ensure_attempt_files(n)
+        result = json_safe(self._evaluator(self.task, path, device=self.device))
+        self.files.write_attempt_result(n, result)
+        self.emit("eval.finished", {"attempt": n, "result": result})
+        return result
+
+    def backend_seed_source(self) -> str:
+        """The kernel the session started from."""
+        return getattr(self.backend, "seed_source", "")
+
+    # -- journal -------------------------------------------------------------------------------
+    def emit(self, type: str, data: dict[str, Any]) -> Event:
+        """Append to the journal (fsync'd), fold into the state, then tell the sink; in that order."""
+        event = self.files.journal.append(type, data)
+        record = event.to_dict()
+        apply(self.state, record)
+        self.memory.apply(record)
+        self._sink.emit(event)
+        return event
+
+    def checkpoint(self) -> None:
+        """Write session.toml as a checkpoint of the state at the current seq; journal that it was written."""
+        self.files.write_checkpoint(checkpoint_record(self.state), seq=self.state.last_seq)
+        self.emit("checkpoint.written", {"seq": self.state.last_seq})
+        self._last_checkpoint_seq = self.state.last_seq

@@ -1,0 +1,652 @@
+"""The one entry point: `workbench <command>`; builds the TUI through the same factory the tests use."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    """A problem the person can fix; printed as one line, exit code attached."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _sessions_dir(args: argparse.Namespace) -> Path:
+    if getattr(args, "sessions_dir", None):
+        return Path(args.sessions_dir)
+    return Path(os.environ.get("WORKBENCH_SESSIONS") or "sessions")
+
+
+def _store(args: argparse.Namespace):
+    from workbench.session import SessionStore
+
+    return SessionStore(_sessions_dir(args))
+
+
+def _budget(args: argparse.Namespace, base: dict[str, Any] | None = None):
+    from workbench.agent.budget import Budget
+
+    values = dict(base or {})
+    flags = {"plateau": "plateau", "roofline_fraction": "roofline-fraction", "context_tokens": "context-budget"}
+    for key in ("max_iterations", "max_tool_calls", "max_hours", "max_cost", *flags):
+        value = getattr(args, key, None)
+        if value is not None:
+            flag = "--" + flags.get(key, key.replace("_", "-"))
+            if value < 0:
+                raise CliError(f"{flag} must be >= 0")
+            if key == "plateau" and value < 1:
+                raise CliError(f"{flag} must be at least 1 attempt")
+            if key == "roofline_fraction" and not 0 < value <= 1:
+                raise CliError(f"{flag} must be in (0, 1], e.g. 0.8 for 80% of the roofline")
+            if key == "context_tokens" and value < 4000:
+                raise CliError(f"{flag} must be at least 4000 tokens (the pinned prompt alone is about 2500)")
+            values[key] = value
+    return Budget.from_dict(values)
+
+
+def _load_task(name: str):
+    from workbench.tasks import TaskError, load_task
+
+    try:
+        return load_task(name)
+    except TaskError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _backend(agent: str, task, model: str | None, state=None):
+    """The backend strategy for `agent`; the seed comes from the task (resume rebuilds from the journal).
+
+    The claude backend checks its key and model with the API here, before any session is created or resumed, so
+    a missing or rejected key is one line and exit 2 rather than a run that dies on its first turn.
+    """
+    seed = task.seed.read_text(encoding="utf-8")
+    if agent == "tuner":
+        from workbench.agent.backends.tuner import TunerBackend
+
+        return TunerBackend(seed)
+    if agent == "claude":
+        import importlib.util
+
+        from workbench.agent.backends.claude import BackendError, ClaudeBackend, check_access, have_credentials
+
+        if not have_credentials():
+            raise CliError("the claude agent needs ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) set; "
+                           "or run the offline tuner with --agent tuner")
+        if importlib.util.find_spec("anthropic") is None:
+            raise CliError("the claude agent needs the anthropic package (pip install anthropic)")
+        backend = ClaudeBackend(model, seed_source=seed)
+        try:
+            warning = check_access(backend.model)
+        except BackendError as exc:
+            raise CliError(str(exc)) from None
+        if warning:
+            print(f"workbench: warning: {warning}", file=sys.stderr)
+        return backend
+    raise CliError(f"agent {agent!r} is not available in this build (available: tuner, claude)")
+
+
+def _default_agent() -> str:
+    # The contract: claude when a key is set, else the offline tuner.
+    return "claude" if os.environ.get("ANTHROPIC_API_KEY") else "tuner"
+
+
+def _device(requested: str | None) -> str:
+    from workbench.devices import default_device, gpu_name
+
+    if requested is None:
+        return default_device()
+    if requested == "cuda" and gpu_name() is None:
+        raise CliError("--device cuda: no NVIDIA GPU is visible (nvidia-smi found none); use --device cpu")
+    return requested
+
+
+# -- run / resume --------------------------------------------------------------------------------
+def _baseline_name(task) -> str:
+    """The baseline's NAME, read without importing it (a baseline may import FLA, which only its process may)."""
+    import ast
+
+    path = getattr(task, "baseline", None)
+    if path is None or not Path(path).is_file():
+        return "reference (no baseline.py)"
+    for node in ast.parse(Path(path).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NAME" for t in node.targets):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                return node.value.value
+    return Path(path).stem
+
+
+def _goal(task, device: str, budget: dict[str, Any]) -> dict[str, Any]:
+    """The goal contract journaled as goal.set: what the agent may see (no held-out shapes), pinned for the run."""
+    return {
+        **task.public_view(),
+        "task": task.name,
+        "device": device,
+        "baseline": _baseline_name(task),
+        "metric": "geomean speedup over the shapes, every shape correct within tolerance",
+        "budget": budget,
+    }
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workbench.agent.runtime import AgentRuntime
+    from workbench.session import SessionStore
+    from workbench.session.state import SessionState
+
+    task = _load_task(args.task)
+    agent = args.agent or _default_agent()
+    device = _device(args.device)
+    budget = _budget(args)
+    backend = _backend(agent, task, args.model)
+    files = SessionStore(_sessions_dir(args)).create(
+        task=task.name, agent=agent, model=args.model, device=device, budget=budget.to_dict()
+    )
+    runtime = AgentRuntime(files, SessionState(), task, backend, device=device, budget=budget)
+    runtime.emit(
+        "session.created",
+        {"id": files.id, "task": task.name, "agent": agent, "model": args.model, "device": device,
+         "created": files.meta.get("created", ""), "budget": budget.to_dict()},
+    )
+    runtime.emit("goal.set", _goal(task, device, budget.to_dict()))
+    return _drive(runtime, args, files)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from workbench.agent.runtime import AgentRuntime
+    from workbench.session import SessionError
+    from workbench.session.replay import load_state
+
+    try:
+        files = _store(args).open(args.id, writer=True)
+    except SessionError as exc:
+        raise CliError(str(exc)) from exc
+    if files.journal is not None and files.journal.recovered:
+        print(f"workbench: recovered the journal: {files.journal.recovered}", file=sys.stderr)
+    state = load_state(files)
+    task = _load_task(state.task)
+    budget = _budget(args, state.budget)
+    backend = _backend(state.agent, task, state.model, state)
+    runtime = AgentRuntime(files, state, task, backend, device=state.device, budget=budget)
+    return _drive(runtime, args, files)
+
+
+def _drive(runtime, args: argparse.Namespace, files) -> int:
+    """Run headless in this thread, or hand the runtime to the TUI's worker."""
+    try:
+        if args.headless:
+            return _run_headless(runtime, files)
+        return _run_tui(runtime, files, args)
+    finally:
+        files.close()
+
+
+def _run_headless(runtime, files) -> int:
+    from workbench.agent.headless import HeadlessSink
+
+    print(files.id, flush=True)
+    stop = threading.Event()
+
+    def _stop(signum, frame):  # SIGINT/SIGTERM stop at the next step boundary; the session stays resumable
+        stop.set()
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        runtime.run(stop, sink=HeadlessSink(runtime.state))
+    except Exception as exc:  # the error is journaled by the runtime; say it once and fail
+        print(f"workbench: run failed: {type(exc).__name__}: {exc} (session {files.id} is resumable)",
+              file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _settings(args: argparse.Namespace):
+    from workbench.config import ConfigError, Settings
+
+    try:
+        settings = Settings.load()
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
+    if getattr(args, "no_mouse", False):
+        settings.mouse = False
+    return settings
+
+
+def _run_tui(runtime, files, args: argparse.Namespace) -> int:
+    from workbench.ui.factory import make_app
+
+    app = make_app(_settings(args), state=runtime.state, runtime=runtime)
+    reason = app.run()
+    print(f"session {files.id}: {runtime.state.status} ({reason or runtime.state.stop_reason or 'no stop reason'})"
+          f"; resume with: workbench resume {files.id}")
+    return EXIT_OK if app.return_code in (None, 0) else EXIT_FAIL
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    """Follow a (headless) run's journal read-only in the TUI; nudges go through the session's inbox."""
+    from workbench.session import SessionError
+    from workbench.session.replay import load_state
+
+    try:
+        files = _store(args).open(args.id, writer=False)
+    except SessionError as exc:
+        raise CliError(str(exc)) from exc
+    state = load_state(files)
+    from workbench.ui.factory import make_app
+
+    app = make_app(_settings(args), state=state, follow_path=files.events_path,
+                   inbox=lambda text, persistent: files.drop_nudge(text, persistent=persistent))
+    app.run()
+    return EXIT_OK if app.return_code in (None, 0) else EXIT_FAIL
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    """Browse past sessions read-only in the TUI; with --export, write one session's report.md without a TUI."""
+    from workbench.ui.history import HistoryError, load_history, resolve_session_dir
+
+    root = _sessions_dir(args)
+    if args.export:
+        if not args.id:
+            raise CliError("review --export needs a session ID (workbench sessions lists them)")
+        from workbench.ui.report import write_report
+
+        try:
+            folder = resolve_session_dir(root, args.id)
+        except HistoryError as exc:
+            raise CliError(str(exc)) from exc
+        try:
+            history = load_history(folder)
+        except HistoryError as exc:  # the session exists but its journal cannot be read
+            raise CliError(str(exc), EXIT_FAIL) from exc
+        print(write_report(history))
+        return EXIT_OK
+    if args.id:
+        try:
+            resolve_session_dir(root, args.id)  # an unknown id is one line here, not an error inside the TUI
+        except HistoryError as exc:
+            raise CliError(str(exc)) from exc
+    elif not root.is_dir():
+        raise CliError(f"no sessions folder at {root} (pass --sessions-dir or set WORKBENCH_SESSIONS)")
+    from workbench.session.state import SessionState
+    from workbench.ui.factory import make_app
+
+    app = make_app(_settings(args), state=SessionState(), review_root=root, review_id=args.id)
+    app.run()
+    return EXIT_OK if app.return_code in (None, 0) else EXIT_FAIL
+
+
+# -- inspection ----------------------------------------------------------------------------------
+def _summary(state) -> dict[str, Any]:
+    best = state.best_attempt
+    return {
+        "id": state.id, "task": state.task, "agent": state.agent, "model": state.model, "device": state.device,
+        "status": state.status, "stop_reason": state.stop_reason, "created": state.created,
+        "attempts": len(state.attempts), "evaluated": state.evaluated, "events": state.events,
+        "last_seq": state.last_seq, "tool_calls": state.tool_calls, "elapsed_s": round(state.elapsed_at(), 3),
+        "best": {"attempt": best.n, "speedup": best.speedup, "ms": best.ms,
+                 "timing_comparable": best.timing_comparable} if best else None,
+        "budget": state.budget,
+    }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from workbench.session import SessionError
+    from workbench.session.replay import load_state
+
+    try:
+        files = _store(args).open(args.id, writer=False)
+    except SessionError as exc:
+        raise CliError(str(exc)) from exc
+    if args.prompt_at is not None:
+        return _show_prompt(files, args.prompt_at, args.json)
+    state = load_state(files)
+    summary = _summary(state)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return EXIT_OK
+    best = summary["best"]
+    print(f"{state.id}  task={state.task}  agent={state.agent}  device={state.device}  status={state.status}")
+    if state.stop_reason:
+        print(f"stop reason: {state.stop_reason}")
+    print(f"attempts {summary['attempts']}  tool calls {state.tool_calls}  events {state.events}  "
+          f"elapsed {summary['elapsed_s']:.1f} s")
+    print(f"best: attempt {best['attempt']} {best['speedup']:.3f}x" if best else "best: none yet")
+    for attempt in sorted(state.attempts.values(), key=lambda a: a.n):
+        speed = f"{attempt.speedup:.3f}x" if attempt.speedup is not None else "-"
+        print(f"  {attempt.n:4d}  {attempt.verdict or 'pending':<13} {speed:>9}  {attempt.note}")
+    return EXIT_OK
+
+
+def _show_prompt(files, seq: int, as_json: bool) -> int:
+    """Print the model context at journal seq `seq`, rebuilt from the journal (the last request at or before it)."""
+    from workbench.agent.context import context_at, render_text, sha256
+
+    if seq < 1:
+        raise CliError("--prompt-at takes a journal seq (1 or more)")
+    body, memory, request = context_at(files.read_events(), seq)
+    if body is None:
+        # A session without model requests (the tuner): its memory window is what a model would have read.
+        lines = [f"no model request at or before seq {seq}; the agent's memory window there:"]
+        if memory.summary:
+            lines.append(memory.summary)
+        lines.extend(" ".join(b.get("text", "") for b in e.content) for e in memory.entries)
+        print(json.dumps({"summary": memory.summary, "entries": [e.content for e in memory.entries]}, indent=2)
+              if as_json else "\n".join(lines))
+        return EXIT_OK
+    if as_json:
+        print(json.dumps(body, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    print(f"context of turn {request.get('turn')} (llm.request at or before seq {seq}; "
+          f"~{request.get('context_tokens', '?')} tokens of a {request.get('budget_tokens', '?')} budget)")
+    if request.get("system_sha256") and request["system_sha256"] != sha256(body["system"][0]["text"]):
+        print("note: this workbench words the system prompt differently from the one that was sent")
+    print(render_text(body))
+    return EXIT_OK
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    rows = _store(args).list()
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return EXIT_OK
+    if not rows:
+        print(f"no sessions under {_sessions_dir(args)}")
+    for row in rows:
+        if row.get("error"):
+            print(f"{row.get('id', '?'):<40} error: {row['error']}")
+            continue
+        state = row.get("state", {})
+        best = state.get("best")
+        best_attempt = state.get("attempts", {}).get(str(best), {}) if best is not None else {}
+        speed = f"{best_attempt['speedup']:.3f}x" if best_attempt.get("speedup") is not None else "-"
+        print(f"{row['id']:<40} {row.get('task', ''):<12} {row.get('agent', ''):<7} "
+              f"{state.get('status', row.get('status', '')):<9} attempts {len(state.get('attempts', {})):<5} best {speed}")
+    return EXIT_OK
+
+
+def cmd_nudge(args: argparse.Namespace) -> int:
+    from workbench.session import SessionError
+
+    if not args.text.strip():
+        raise CliError("nudge text is empty")
+    try:
+        files = _store(args).open(args.id, writer=False)
+    except SessionError as exc:
+        raise CliError(str(exc)) from exc
+    path = files.drop_nudge(args.text, persistent=args.persistent)
+    print(f"nudge queued for {files.id} ({path.name}); applied at the agent's next step boundary")
+    return EXIT_OK
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from workbench.evaluator import EvalUsageError, evaluate, format_result
+
+    task = _load_task(args.task)
+    path = Path(args.file)
+    if not path.is_file():
+        raise CliError(f"{path}: no such file")
+    device = _device(args.device)
+    try:
+        result = evaluate(task, path, device=device)
+    except EvalUsageError as exc:
+        raise CliError(str(exc)) from exc
+    print(json.dumps(result, indent=2) if args.json else format_result(result))
+    return EXIT_OK if result["verdict"] == "ok" else EXIT_FAIL
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from workbench.tasks import TaskError, list_tasks, tasks_root
+
+    found = list_tasks()
+    if not found:
+        print(f"no tasks under {tasks_root()}")
+        return EXIT_FAIL
+    broken = 0
+    for task in found:
+        if isinstance(task, TaskError):
+            broken += 1
+            print(f"error: {task}")
+        else:
+            shapes = ", ".join(s.name for s in task.shapes.get("cuda", []))
+            print(f"{task.name:<12} {task.description}  [cuda: {shapes}]")
+    return EXIT_FAIL if broken else EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from workbench.devices import gpu_name
+
+    import importlib.util
+
+    lines = [f"python      {sys.version.split()[0]}"]
+    for module in ("torch", "triton", "numpy", "textual", "anthropic", "watchfiles", "tomli_w"):
+        spec = importlib.util.find_spec(module)
+        version = "missing"
+        if spec is not None:
+            try:
+                from importlib.metadata import version as dist_version
+
+                version = dist_version({"tomli_w": "tomli-w"}.get(module, module))
+            except Exception:
+                version = "installed"
+        lines.append(f"{module:<11} {version}")
+    gpu = gpu_name()
+    lines.append(f"gpu         {gpu or 'none (evaluations run on the CPU under the Triton interpreter)'}")
+    for var in ("TERM", "COLORTERM", "TMUX", "ANTHROPIC_BASE_URL"):
+        lines.append(f"{var:<11} {os.environ.get(var, '')}")
+    lines.append(f"api key     {'set' if os.environ.get('ANTHROPIC_API_KEY') else 'not set (offline tuner agent)'}")
+    lines.append(f"sessions    {_sessions_dir(args).resolve()}")
+    if importlib.util.find_spec("rich") is not None:
+        from rich.console import Console
+
+        lines.append(f"colours     {Console().color_system or 'none'} (as Textual will see it)")
+    print("\n".join(lines))
+    if getattr(args, "selftest", False):
+        from workbench.evaluator import selftest
+
+        device = _device(None)
+        print(f"running the evaluator self-test on {device} ...", flush=True)
+        outcomes = selftest.run_suite(device)
+        print(selftest.format_table(outcomes, device))
+        return EXIT_OK if all(o.passed for o in outcomes) else EXIT_FAIL
+    return EXIT_OK
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from workbench.evaluator import EvalUsageError, evaluate, format_result
+
+    task = _load_task(args.task)
+    path = Path(args.file)
+    if not path.is_file():
+        raise CliError(f"{path}: no such file")
+    device = _device(None)
+    if args.ncu and device != "cuda":
+        raise CliError("--ncu needs an NVIDIA GPU (nvidia-smi found none)")
+    previous = None
+    if args.against:
+        try:
+            previous = json.loads(Path(args.against).read_text())
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--against {args.against}: not a readable JSON profile ({exc})") from exc
+        previous = previous.get("profile", previous) if isinstance(previous, dict) else None
+        if not isinstance(previous, dict):
+            raise CliError(f"--against {args.against}: no profile in it")
+    if args.shape and args.shape not in [s.name for s in task.shapes.get("cuda", [])]:
+        raise CliError(f"--shape {args.shape}: not a CUDA shape of {task.name}")
+    try:
+        result = evaluate(task, path, device=device)
+    except EvalUsageError as exc:
+        raise CliError(str(exc)) from exc
+    from workbench.profiler import advise, diff
+    from workbench.profiler.summary import format_profile
+
+    profile = result.get("profile")
+    ncu_error = None
+    if args.ncu and profile is not None:
+        from workbench.profiler import ncu
+
+        shape = args.shape or task.shapes["cuda"][0].name
+        try:
+            run = ncu.run(task.name, path, shape)
+            profile["ncu"] = {k: v for k, v in run.items() if k != "csv"}
+        except ncu.NcuError as exc:
+            ncu_error = str(exc)
+            profile["ncu"] = {"shape": shape, "error": ncu_error}
+        profile["findings"] = advise(profile, (result.get("env") or {}).get("sms"))
+    elif args.ncu:
+        ncu_error = f"ncu skipped: the evaluation ended with verdict {result['verdict']}"
+    if profile is not None and previous is not None:
+        profile["deltas"] = diff(previous, profile)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_result(result))
+        if profile is None:
+            print("profile: kernel tables and roofline need a CUDA GPU run with verdict ok or implausible")
+        else:
+            print("profile:")
+            print("\n".join("  " + line for line in format_profile(profile)))
+            if (profile.get("ncu") or {}).get("rows"):
+                from workbench.profiler import ncu
+
+                print(f"ncu ({profile['ncu']['shape']}):")
+                print("\n".join(ncu.format_rows(profile["ncu"]["rows"])))
+            for line in profile.get("deltas") or []:
+                print(f"delta: {line}")
+    if ncu_error:
+        print(f"workbench: ncu: {ncu_error}", file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK if result["verdict"] == "ok" else EXIT_FAIL
+
+
+# -- parser --------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def sessions_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--sessions-dir", help="sessions folder (default: $WORKBENCH_SESSIONS or ./sessions)")
+
+    def budget_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--max-iterations", type=int, help="stop after this many attempts evaluated")
+        p.add_argument("--max-tool-calls", type=int, help="stop after this many tool calls")
+        p.add_argument("--max-hours", type=float, help="stop after this much running time")
+        p.add_argument("--max-cost", type=float, help="stop after this much model spend (USD)")
+        p.add_argument("--plateau", type=int, help="stop after N evaluated attempts without a new best")
+        p.add_argument("--roofline-fraction", type=float,
+                       help="stop once the best reaches this fraction of the roofline floor (0-1, e.g. 0.8)")
+        p.add_argument("--context-budget", dest="context_tokens", type=int,
+                       help="model-context size (estimated tokens) past which older turns are compacted")
+
+    p = sub.add_parser("run", help="start a session on a task")
+    p.add_argument("task")
+    p.add_argument("--agent", choices=["tuner", "claude"],
+                   help="default: claude when ANTHROPIC_API_KEY is set, else the offline tuner")
+    p.add_argument("--model")
+    p.add_argument("--headless", action="store_true", help="no TUI: print one line per attempt")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible")
+    p.add_argument("--no-mouse", action="store_true")
+    budget_flags(p)
+    sessions_flag(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", help="continue a session where it stopped")
+    p.add_argument("id")
+    p.add_argument("--headless", action="store_true")
+    p.add_argument("--no-mouse", action="store_true")
+    budget_flags(p)
+    sessions_flag(p)
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("attach", help="follow a running session's journal in the TUI (nudges via its inbox)")
+    p.add_argument("id")
+    p.add_argument("--no-mouse", action="store_true")
+    sessions_flag(p)
+    p.set_defaults(func=cmd_attach)
+
+    p = sub.add_parser("review", help="browse past sessions: attempts, diffs, plots, the ledger at any step")
+    p.add_argument("id", nargs="?", help="open this session first (an id or a unique prefix)")
+    p.add_argument("--export", action="store_true",
+                   help="write the session's report to sessions/<id>/report.md and exit (no TUI)")
+    p.add_argument("--no-mouse", action="store_true")
+    sessions_flag(p)
+    p.set_defaults(func=cmd_review)
+
+    p = sub.add_parser("sessions", help="list sessions")
+    p.add_argument("--json", action="store_true")
+    sessions_flag(p)
+    p.set_defaults(func=cmd_sessions)
+
+    p = sub.add_parser("show", help="one session's summary")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--prompt-at", type=int, metavar="SEQ",
+                   help="print the model context as of journal seq SEQ (rebuilt from the journal)")
+    sessions_flag(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("nudge", help="send a nudge to a running or stopped session")
+    p.add_argument("id")
+    p.add_argument("text")
+    p.add_argument("--persistent", action="store_true", help="keep it in force until revoked")
+    sessions_flag(p)
+    p.set_defaults(func=cmd_nudge)
+
+    p = sub.add_parser("eval", help="evaluate one candidate file")
+    p.add_argument("task")
+    p.add_argument("file")
+    p.add_argument("--device", choices=["cpu", "cuda"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("tasks", help="list tasks")
+    p.set_defaults(func=cmd_tasks)
+
+    p = sub.add_parser("doctor", help="environment report for bug reports")
+    sessions_flag(p)
+    p.add_argument("--selftest", action="store_true",
+                   help="also run the evaluator's self-test of known-bad kernels on this machine (cpu or cuda)")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("profile", help="evaluate a candidate and explain its speed (kernel table, roofline, advice)")
+    p.add_argument("task")
+    p.add_argument("file")
+    p.add_argument("--ncu", action="store_true", help="also run Nsight Compute on one shape (needs a GPU)")
+    p.add_argument("--shape", help="the CUDA shape ncu profiles (default: the task's first)")
+    p.add_argument("--against", metavar="JSON", help="a previous `workbench profile --json` output to diff against")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_profile)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments and run one command; errors the person can fix are one line on stderr."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"workbench: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from workbench.journal import JournalError
+        from workbench.session import SessionError
+
+        if isinstance(exc, (JournalError, SessionError)):
+            print(f"workbench: {exc}", file=sys.stderr)
+            return EXIT_FAIL
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

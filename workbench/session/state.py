@@ -1,0 +1,258 @@
+"""SessionState: everything the UI, the agent and reports show, as a pure fold over journal events."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+
+def parse_ts(ts: str) -> datetime:
+    """Parse the journal's UTC timestamp ('2026-11-29T22:13:17.123Z')."""
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+@dataclass
+class Attempt:
+    """One kernel version: written once, evaluated zero or more times (the latest result wins)."""
+
+    n: int
+    sha256: str
+    author: str
+    """'agent' or 'human': a human edit of the kernel file is an attempt too."""
+    parent: int | None = None
+    note: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    verdict: str | None = None
+    message: str = ""
+    speedup: float | None = None
+    ms: float | None = None
+    timing_comparable: bool = False
+    shapes: list[dict[str, Any]] = field(default_factory=list)
+    written_seq: int = 0
+    eval_seq: int | None = None
+
+
+@dataclass
+class SessionState:
+    """The derived state of one session; rebuilt by folding events, cached in session.toml."""
+
+    id: str = ""
+    task: str = ""
+    agent: str = ""
+    model: str | None = None
+    device: str = ""
+    created: str = ""
+    goal: dict[str, Any] = field(default_factory=dict)
+    status: str = "new"
+    """new, running, paused, stopped (resumable: budget, user stop, crash) or finished (nothing left to try)."""
+    stop_reason: str = ""
+    budget: dict[str, Any] = field(default_factory=dict)
+    last_seq: int = 0
+    last_ts: str = ""
+    events: int = 0
+    attempts: dict[int, Attempt] = field(default_factory=dict)
+    best: int | None = None
+    tool_calls: int = 0
+    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """tool.call intents without a tool.result, by call id: on resume these were interrupted."""
+    nudges: list[dict[str, Any]] = field(default_factory=list)
+    """Every nudge received, with 'acked' and 'active' flags."""
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
+    """The latest compaction summary (memory.compacted data)."""
+    profile: dict[str, Any] = field(default_factory=dict)
+    """The latest profile.finished data."""
+    errors: list[str] = field(default_factory=list)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    run_started_ts: str = ""
+    """Start of the running interval now open ('' when not running)."""
+    elapsed_s: float = 0.0
+    """Running time of closed intervals; see elapsed_at() for the live figure."""
+
+    # -- derived views -------------------------------------------------------------------------
+    @property
+    def best_attempt(self) -> Attempt | None:
+        """The best attempt, or None before any attempt evaluated ok."""
+        return self.attempts.get(self.best) if self.best is not None else None
+
+    @property
+    def current(self) -> Attempt | None:
+        """The latest attempt written."""
+        return self.attempts[max(self.attempts)] if self.attempts else None
+
+    @property
+    def next_attempt(self) -> int:
+        """The number the next attempt gets; numbers are never reused."""
+        return max(self.attempts, default=0) + 1
+
+    @property
+    def evaluated(self) -> int:
+        """Attempts with at least one evaluation: what --max-iterations counts."""
+        return sum(1 for a in self.attempts.values() if a.verdict is not None)
+
+    def elapsed_at(self, now: datetime | None = None) -> float:
+        """Running seconds, counting the open interval up to `now` (the last event when None)."""
+        if not self.run_started_ts:
+            return self.elapsed_s
+        end = now or (parse_ts(self.last_ts) if self.last_ts else parse_ts(self.run_started_ts))
+        return self.elapsed_s + max(0.0, (end - parse_ts(self.run_started_ts)).total_seconds())
+
+    def active_nudges(self) -> list[dict[str, Any]]:
+        """Nudges the agent must still honour: unacknowledged ones, and persistent ones not revoked."""
+        return [n for n in self.nudges if n.get("active")]
+
+    # -- checkpoint (de)serialisation --------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A TOML-safe dict (no None values, string keys) for the session.toml checkpoint."""
+        return _drop_none(asdict(self) | {"attempts": {str(k): asdict(v) for k, v in self.attempts.items()}})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SessionState":
+        """Rebuild from to_dict() output."""
+        data = dict(data)
+        attempts = {int(k): Attempt(**v) for k, v in data.pop("attempts", {}).items()}
+        known = {f for f in cls.__dataclass_fields__}
+        state = cls(**{k: v for k, v in data.items() if k in known})
+        state.attempts = attempts
+        return state
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value if v is not None]
+    return value
+
+
+def _better(candidate: Attempt, incumbent: Attempt | None) -> bool:
+    if candidate.verdict != "ok" or candidate.speedup is None:
+        return False
+    if incumbent is None or incumbent.speedup is None:
+        return True
+    return candidate.speedup > incumbent.speedup
+
+
+def apply(state: SessionState, event: Mapping[str, Any]) -> SessionState:
+    """Apply one event (a journal record as a dict) to `state` in place and return it."""
+    kind, data, ts = event["type"], event.get("data") or {}, event["ts"]
+    state.last_seq, state.last_ts = event["seq"], ts
+    state.events += 1
+    if kind == "session.created":
+        for key in ("id", "task", "agent", "model", "device", "created"):
+            if key in data:
+                setattr(state, key, data[key])
+        state.budget = dict(data.get("budget", {}))
+        state.status = "created"
+    elif kind == "goal.set":
+        state.goal = dict(data)
+    elif kind == "run.started":
+        state.status, state.stop_reason = "running", ""
+        state.run_started_ts = ts
+        if "budget" in data:
+            state.budget = dict(data["budget"])
+        if "agent" in data:
+            state.agent = data["agent"]
+        if "model" in data:
+            state.model = data["model"]
+    elif kind in ("run.paused", "run.stopped"):
+        _close_interval(state, ts)
+        if kind == "run.paused":
+            state.status = "paused"
+        else:
+            state.status = "finished" if data.get("final") else "stopped"
+            state.stop_reason = data.get("reason", "")
+    elif kind == "run.resumed":
+        state.status = "running"
+        state.run_started_ts = ts
+    elif kind == "tool.call":
+        state.tool_calls += 1
+        state.in_flight[data["call_id"]] = {"tool": data["tool"], "args": data.get("args", {}), "seq": event["seq"]}
+    elif kind == "tool.result":
+        state.in_flight.pop(data["call_id"], None)
+    elif kind == "attempt.written":
+        n = data["attempt"]
+        state.attempts[n] = Attempt(
+            n=n,
+            parent=data.get("parent"),
+            sha256=data.get("sha256", ""),
+            author=data.get("author", "agent"),
+            note=data.get("note", ""),
+            params=dict(data.get("params") or {}),
+            source=data.get("source", ""),
+            written_seq=event["seq"],
+        )
+    elif kind == "eval.finished":
+        attempt = state.attempts.get(data["attempt"])
+        if attempt is not None:
+            result = data.get("result", {})
+            attempt.verdict = result.get("verdict")
+            attempt.message = result.get("message", "")
+            attempt.speedup = result.get("speedup")
+            attempt.timing_comparable = bool(result.get("timing_comparable"))
+            attempt.shapes = list(result.get("shapes", []))
+            times = [s["ms"] for s in attempt.shapes if s.get("ms") is not None]
+            attempt.ms = sum(times) if times else None
+            attempt.eval_seq = event["seq"]
+            if state.best == attempt.n and attempt.verdict != "ok":
+                state.best = None  # a re-evaluation can demote the best; recompute below
+            if state.best is None:
+                state.best = _recompute_best(state)
+            elif _better(attempt, state.best_attempt):
+                state.best = attempt.n
+    elif kind == "profile.finished":
+        state.profile = dict(data)
+    elif kind == "nudge.received":
+        state.nudges.append(
+            {
+                "id": data["id"],
+                "text": data["text"],
+                "persistent": bool(data.get("persistent")),
+                "seq": event["seq"],
+                "acked": False,
+                "active": True,
+            }
+        )
+    elif kind == "nudge.acked":
+        for nudge in state.nudges:
+            if nudge["id"] == data["id"]:
+                nudge["acked"] = True
+                nudge["active"] = nudge["persistent"] and not data.get("revoked", False)
+    elif kind == "ledger.updated":
+        state.ledger = list(data.get("ledger", []))
+    elif kind == "memory.compacted":
+        state.memory = dict(data)
+    elif kind == "llm.response":
+        state.tokens_in += int(data.get("input_tokens", 0))
+        state.tokens_out += int(data.get("output_tokens", 0))
+        state.cost_usd += float(data.get("cost_usd", 0.0))
+    elif kind == "error":
+        state.errors.append(data.get("message", ""))
+    return state
+
+
+def _close_interval(state: SessionState, ts: str) -> None:
+    if state.run_started_ts:
+        state.elapsed_s += max(0.0, (parse_ts(ts) - parse_ts(state.run_started_ts)).total_seconds())
+    state.run_started_ts = ""
+
+
+def _recompute_best(state: SessionState) -> int | None:
+    best: Attempt | None = None
+    for attempt in state.attempts.values():
+        if _better(attempt, best):
+            best = attempt
+    return best.n if best else None
+
+
+def fold(events: Iterable[Mapping[str, Any]], state: SessionState | None = None) -> SessionState:
+    """Fold events onto a copy of `state` (or an empty state): the pure projection the whole app shares."""
+    state = copy.deepcopy(state) if state is not None else SessionState()
+    for event in events:
+        apply(state, event)
+    return state
