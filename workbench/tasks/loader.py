@@ -38,7 +38,7 @@ def tasks_root() -> Path:
     """Where task folders live: $WORKBENCH_KERNELS, else the repository's kernels/, else ./kernels."""
     env = os.environ.get("WORKBENCH_KERNELS")
     if env:
-        return Path(env)
+        return Path(env).expanduser().resolve()  # absolute: evaluator processes run elsewhere
     repo_kernels = Path(__file__).resolve().parents[2] / "kernels"
     if repo_kernels.is_dir():
         return repo_kernels
@@ -223,7 +223,7 @@ def load_task(name: str, root: Path | str | None = None) -> Task:
     Raises:
         TaskError: an unknown task, or a task.toml that fails validation (one line naming the file and key).
     """
-    base = Path(root) if root is not None else tasks_root()
+    base = Path(root).resolve() if root is not None else tasks_root()
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise TaskError(f"unknown task {name!r}: not a valid task name")
     path = base / name / "task.toml"
