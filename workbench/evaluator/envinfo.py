@@ -67,16 +67,23 @@ def throttled(row: dict[str, Any]) -> str | None:
 
 
 def collect(device: str) -> dict[str, Any]:
-    """Versions and device facts for the result's "env" (imports torch and triton; trusted process only)."""
-    import numpy
+    """Versions and device facts for the result's "env" (imports torch; trusted process only)."""
+    from importlib import metadata
+
     import torch
-    import triton
+
+    def version(dist: str) -> str | None:
+        # Read from the installed metadata: importing triton here would cost the harness a second of start-up.
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
 
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "triton": triton.__version__,
-        "numpy": numpy.__version__,
+        "triton": version("triton"),
+        "numpy": version("numpy"),
         "host": platform.node(),
         "device": device,
     }

@@ -1,8 +1,9 @@
 """The trusted process: makes inputs, computes reference and baseline, drives the candidate worker, checks and times.
 
 Run as ``python -m workbench.evaluator.harness`` with its JSON config on stdin. Expected outputs exist only here;
-the candidate worker gets its own copy of the inputs and sends back its outputs, which are checked here. The
-harness reports measurements (never a verdict of "ok") to the parent evaluator over a pipe the parent owns.
+the worker draws the same inputs with the task's make_inputs (compared by fingerprint) and sends back its outputs
+through a shared slab, to be checked here. The harness reports measurements (never a verdict of "ok") to the parent
+evaluator over a pipe the parent owns.
 """
 
 from __future__ import annotations
@@ -13,9 +14,22 @@ import json
 import math
 import random
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
+
+PROFILE_CALLS = 5
+"""Calls per shape recorded with torch.profiler (CUDA): the kernel table and the independent timer."""
+BASELINE_PROFILE_CALLS = 2
+"""Baseline calls per shape recorded, for its kernel names (HARNESS.md: record what the baseline ran)."""
+AGREEMENT_WARN = 0.10
+AGREEMENT_WARN_US = 5.0
+"""Warn when the event median and the profiler's kernel sum differ by more than 10% and more than 5 us: events
+include about 3 us of dispatch per call that kernel durations do not (measured on the H200, constant across
+shapes), which alone is over 10% of an 18 us kernel."""
+ESCAPE_RATIO = 0.5
+"""An event median under this fraction of the profiler's kernel sum means work ran outside the timed window."""
 
 
 class WorkerLost(Exception):
@@ -31,7 +45,7 @@ def _import_file(path: str, name: str) -> Any:
 
 
 class Harness:
-    """One evaluation: load, correctness over shapes x seeds, interleaved timing, re-validation."""
+    """One evaluation: load, correctness over shapes x seeds, interleaved timing with spot checks, profiling."""
 
     def __init__(self, cfg: dict[str, Any]):
         self.cfg = cfg
@@ -40,6 +54,9 @@ class Harness:
         self.stage: dict[str, Any] = {"stage": "startup"}
         self.rng = random.Random()
         self.warnings: list[str] = []
+        self.generate = True
+        self.env: dict[str, Any] = {}
+        self._tell_lock = threading.Lock()  # the environment thread reports beside the main one
 
     # -- channels ------------------------------------------------------------------------------------------------
 
@@ -47,42 +64,56 @@ class Harness:
         """Send a JSON message to the parent."""
         from workbench.evaluator import wire
 
-        wire.write_frame(self.fd_parent, wire.dump_json(msg))
+        with self._tell_lock:
+            wire.write_frame(self.fd_parent, wire.dump_json(msg))
 
     def progress(self, stage: str, budget: str, **where: Any) -> None:
         """Announce what the worker is about to do, so a timeout can say where it hung."""
         self.stage = {"stage": stage, **where}
         self.tell({"type": "stage", "budget_s": self.cfg["budgets"][budget], **self.stage})
 
-    def ask(self, msg: dict[str, Any], limit: int) -> dict[str, Any]:
+    def ask(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send a request to the worker and wait for its reply (the parent enforces the deadline).
 
         Raises:
-            WorkerLost: the pipe closed or the reply is not a readable weights-only payload.
+            WorkerLost: the pipe closed or the reply is not a JSON status dict.
         """
         from workbench.evaluator import wire
 
         try:
-            wire.write_frame(self.cfg["fd_worker_out"], wire.dump_torch(msg))
-            frame = wire.read_frame(self.cfg["fd_worker_in"], limit)
+            wire.write_frame(self.cfg["fd_worker_out"], wire.dump_json(msg))
+            frame = wire.read_frame(self.cfg["fd_worker_in"], 1 << 28)
         except (BrokenPipeError, wire.WireError) as exc:
             raise WorkerLost(str(exc)) from None
         if frame is None:
             raise WorkerLost("the candidate process closed its pipe")
         try:
-            reply = wire.load_torch(frame)
-        except wire.WireError as exc:
+            reply = json.loads(frame)
+        except ValueError as exc:
             raise WorkerLost(f"the candidate process sent an unreadable reply ({exc})") from None
         if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
             raise WorkerLost("the candidate process sent a reply that is not a status dict")
         return reply
+
+    def tensors(self, packed: Any) -> Any:
+        """Tensors the worker put in its slab, copied onto this device.
+
+        Raises:
+            WorkerLost: a descriptor that does not fit the slab (the other side is misbehaving).
+        """
+        from workbench.evaluator import slab
+
+        try:
+            return self.slab_in.unpack(packed, self.device)
+        except slab.SlabError as exc:
+            raise WorkerLost(f"the candidate process sent a bad tensor descriptor ({exc})") from None
 
     # -- setup ---------------------------------------------------------------------------------------------------
 
     def setup(self) -> bool:
         import torch
 
-        from workbench.evaluator import envinfo
+        from workbench.evaluator import slab
 
         self.torch = torch
         if self.device == "cuda":
@@ -91,6 +122,10 @@ class Harness:
                 return False
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
+        # nvidia-smi takes a while: collect the environment beside the first requests instead of before them.
+        self._env_thread = threading.Thread(target=self._collect_env, name="envinfo", daemon=True)
+        self._env_thread.start()
+        self.slab_out, self.slab_in = slab.Slab(self.cfg["slab_out"]), slab.Slab(self.cfg["slab_in"])
         task_dir = str(Path(self.cfg["reference"]).parent)
         sys.path.insert(0, task_dir)  # a reference may import helpers from its own task folder
         self.reference = _import_file(self.cfg["reference"], "workbench_task_reference")
@@ -103,20 +138,26 @@ class Harness:
                 self.baseline_fn = base.forward
             else:
                 self.warnings.append(f"baseline {getattr(base, 'NAME', '?')} unavailable here; timed against the reference")
-        self.env = envinfo.collect(self.device)
-        self.tell({"type": "env", "env": self.env, "baseline": self.baseline_name})
         return True
+
+    def _collect_env(self) -> None:
+        from workbench.evaluator import envinfo
+
+        try:
+            self.env = envinfo.collect(self.device)
+        except Exception as exc:  # noqa: BLE001 - the environment report must never fail an evaluation
+            self.env = {"device": self.device, "error": f"{type(exc).__name__}: {exc}"[:200]}
+        try:
+            self.tell({"type": "env", "env": self.env})  # early, so a crash or a timeout still names the GPU
+        except OSError:
+            pass
 
     # -- correctness ---------------------------------------------------------------------------------------------
 
-    def _clone(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        torch = self.torch
-        return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-
     def _expected(self, inputs: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-        from workbench.evaluator import checks
+        from workbench.evaluator import checks, inputs as inputs_mod
 
-        ref = checks.as_outputs(self.reference.forward(**self._clone(inputs)))
+        ref = checks.as_outputs(self.reference.forward(**inputs_mod.clone(inputs)))
         names = self.cfg["outputs"]
         if len(ref) != len(names):
             raise RuntimeError(f"reference returned {len(ref)} outputs, task.toml lists {len(names)}")
@@ -124,42 +165,52 @@ class Harness:
             checks.check_reference(name, t)
         return ref, checks.expected_dtypes(self.reference, inputs, ref)
 
-    def _frame_limit(self, expected: list[Any]) -> int:
-        """The largest reply we accept: a few times the expected outputs, so a flood cannot exhaust memory."""
-        nbytes = sum(t.numel() * 8 for t in expected)
-        return 4 * nbytes + (64 << 20)
-
     def check_shape(self, row: dict[str, Any], shape: dict[str, Any], key: int) -> dict[str, Any] | None:
-        """Correctness of one shape over every seed; returns a worker failure that ends the evaluation."""
-        from workbench.evaluator import checks
+        """Correctness of one shape over every seed; returns a worker failure that ends the evaluation.
 
-        torch = self.torch
+        Even-numbered seeds compute the reference before the candidate runs, odd ones after (HARNESS.md C1:
+        both orders), and each seed's inputs and expected outputs are kept as the shape's timing pool.
+        """
+        from workbench.evaluator import checks, inputs as inputs_mod
+
         names, tols = self.cfg["outputs"], self.cfg["tols"]
         row.update(correct=None, rel_err=None, baseline_rel_err=None, seeds_checked=0, problem=None)
-        for seed in self.cfg["seeds"]:
+        pool: list[dict[str, Any]] = []
+        self.kept[key] = {"sets": pool, "params": shape["params"]}
+        dtypes: list[Any] = []
+        specs: list[dict[str, Any]] = []
+        for index, seed in enumerate(self.cfg["seeds"]):
             inputs = self.reference.make_inputs(dict(shape["params"]), seed, self.device)
-            expected, dtypes = self._expected(inputs)
-            base_out = checks.as_outputs(self.baseline_fn(**self._clone(inputs)))
-            base_err = max((checks.rel_rms(r, b) for r, b in zip(expected, base_out)), default=0.0)
-            row["baseline_rel_err"] = max(row["baseline_rel_err"] or 0.0, base_err)
-            specs = [{"shape": list(t.shape), "dtype": str(d).removeprefix("torch.")} for t, d in zip(expected, dtypes)]
-            sent = {k: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-            keep = seed == self.cfg["seeds"][0]
+            expected = None
+            if index % 2 == 0 or not specs:
+                expected, dtypes = self._expected(inputs)
+                specs = self._specs(expected, dtypes)
+            msg: dict[str, Any] = {"op": "run", "key": key, "index": index, "params": shape["params"], "seed": seed,
+                                   "specs": specs}
+            if not self.generate:
+                msg["inputs"] = self.slab_out.pack(inputs)
             self.progress("forward", "call", group=row["group"], shape=shape["name"], seed=seed)
-            reply = self.ask({"op": "run", "key": key, "inputs": sent, "specs": specs, "keep": keep},
-                             self._frame_limit(expected))
-            del sent
+            reply = self.ask(msg)
             if not reply["ok"]:
                 if reply.get("verdict") == "incorrect":
                     row.update(correct=False, problem=f"seed {seed}: {reply.get('message')}")
                     return None
                 return reply
+            if expected is None:
+                expected, dtypes = self._expected(inputs)
+            base_out = checks.as_outputs(self.baseline_fn(**inputs_mod.clone(inputs)))
+            base_err = max((checks.rel_rms(r, b) for r, b in zip(expected, base_out)), default=0.0)
+            row["baseline_rel_err"] = max(row["baseline_rel_err"] or 0.0, base_err)
+            if self.generate and reply.get("fingerprint") != inputs_mod.fingerprint(inputs):
+                return {"verdict": "forbidden", "message": "the inputs in the candidate process differ from the "
+                        "harness's (fingerprint mismatch): make_inputs was altered there, or it is not deterministic"}
             row["seeds_checked"] += 1
+            row.setdefault("call_ms", []).append(round(float(reply.get("ms", 0.0)), 3))  # the first holds compiles
             if reply.get("mutated"):
                 row.update(correct=False, problem=f"seed {seed}: forward modified its input(s) "
                                                   f"{', '.join(map(str, reply['mutated']))} in place")
                 return None
-            outs = [o.to(self.device) if isinstance(o, torch.Tensor) else o for o in reply["outputs"]]
+            outs = self.tensors(reply["outputs"])
             verdict = checks.compare(outs, reply["meta"], expected, dtypes, names, tols, self.device)
             for err in verdict["rel_err"].values():
                 if err is not None:
@@ -168,31 +219,89 @@ class Harness:
             if not verdict["ok"]:
                 row.update(correct=False, problem=f"seed {seed}: {verdict['problem']}")
                 return None
-            if keep:
-                self.kept[key] = {"inputs": inputs, "expected": expected, "dtypes": dtypes}
+            if reply.get("ops"):
+                row.update(forbidden=reply["ops_message"], ops=reply["ops"])
+                return None
+            pool.append({"inputs": inputs, "expected": expected})
+            del outs
+        self.kept[key]["dtypes"] = dtypes
         row["correct"] = True
-        tol = min(tols)
-        if row["baseline_rel_err"] is not None and row["baseline_rel_err"] > 0.8 * tol:
-            self.warnings.append(f"{shape['name']}: the baseline's own error {row['baseline_rel_err']:.2g} "
-                                 f"is above 0.8x the tolerance {tol:.2g}")
+        self._precision(row, shape["name"], min(tols))
         return None
+
+    def _specs(self, expected: list[Any], dtypes: list[Any]) -> list[dict[str, Any]]:
+        return [{"shape": list(t.shape), "dtype": str(d).removeprefix("torch.")} for t, d in zip(expected, dtypes)]
+
+    def _precision(self, row: dict[str, Any], name: str, tol: float) -> None:
+        """Compare the candidate's error with the baseline's on the same inputs (HARNESS.md L2)."""
+        from workbench.evaluator.verdict import PRECISION_RATIO, PRECISION_TOL_FRACTION
+
+        cand, base = row.get("rel_err"), row.get("baseline_rel_err")
+        if base is not None and base > 0.8 * tol:
+            self.warnings.append(f"{name}: the baseline's own error {base:.2g} is above 0.8x the tolerance {tol:.2g}")
+        if cand is None or base is None:
+            return
+        row["err_ratio"] = cand / base if base > 0 else (math.inf if cand > 0 else 1.0)
+        if row["err_ratio"] > PRECISION_RATIO and cand > PRECISION_TOL_FRACTION * tol:
+            row["precision_flag"] = True
+            self.warnings.append(f"{name}: candidate error {cand:.2g} is {row['err_ratio']:.3g}x the baseline's "
+                                 f"{base:.2g} (lower precision than the baseline?)")
 
     # -- timing --------------------------------------------------------------------------------------------------
 
+    def _plan(self, n: int, sets: int, previous: int | None) -> list[int]:
+        """Input sets for n reps: random, never the same set twice in a row (a result cache then always misses)."""
+        plan: list[int] = []
+        last = previous
+        for _ in range(n):
+            choices = [i for i in range(sets) if i != last] or [0]
+            last = self.rng.choice(choices)
+            plan.append(last)
+        return plan
+
+    def _spot(self, kept: dict[str, Any], plan: list[int], spots: list[dict[str, Any]], seed: int) -> str | None:
+        """Compare kept outputs of timed reps with the expected outputs of the input set each rep used."""
+        from workbench.evaluator import checks, inputs as inputs_mod
+
+        torch = self.torch
+        for spot in spots:
+            rep = int(spot["rep"])
+            expected = kept["sets"][plan[rep]]["expected"]
+            values = spot["outputs"]
+            if len(values) != len(expected):
+                return f"timed call {rep} returned {len(values)} value(s), expected {len(expected)}"
+            for j, (got, ref) in enumerate(zip(values, expected)):
+                name = self.cfg["outputs"][j]
+                if not isinstance(got, torch.Tensor):
+                    return f"timed call {rep}: output {name} is not a torch.Tensor"
+                flat = ref.reshape(-1)
+                idx = inputs_mod.subset_index(flat.numel(), seed + j).to(flat.device)
+                want = flat[idx]
+                if got.shape != want.shape:
+                    return f"timed call {rep}: output {name} has {got.numel()} checked values, expected {want.numel()}"
+                bad = int((~torch.isfinite(got)).sum()) if got.is_floating_point() else 0
+                err = checks.rel_rms(want, got) if want.numel() else 0.0
+                if bad or not err <= self.cfg["tols"][j]:
+                    why = f"{bad} NaN/inf" if bad else f"rel_rms {err:.3g} > tol {self.cfg['tols'][j]:.3g}"
+                    return (f"spot check of timed call {rep} failed on output {name} ({why}): timed calls must "
+                            "compute the result for their own inputs (no caching, deferral or drift)")
+        return None
+
     def time_shape(self, row: dict[str, Any], key: int, order: int) -> dict[str, Any] | None:
-        """Warm up both sides, then alternate blocks of baseline and candidate reps; re-validate afterwards."""
-        from workbench.evaluator import checks, timing
+        """Warm up both sides, then alternate blocks of baseline and candidate reps; spot-check and re-validate."""
+        from workbench.evaluator import checks, inputs as inputs_mod, timing
 
         kept = self.kept[key]
-        base_inputs = self._clone(kept["inputs"])
+        sets = kept["sets"]
+        base_buf = inputs_mod.clone(sets[0]["inputs"])
         cuda = self.device == "cuda"
         if cuda:
             warm_n = self.rng.randint(3, 8)  # random, so warm-up and measurement look alike (HARNESS.md T4)
             self.progress("warmup", "time", group=row["group"], shape=row["name"])
-            reply = self.ask({"op": "warmup", "key": key, "n": warm_n}, 1 << 20)
+            reply = self.ask({"op": "warmup", "key": key, "n": warm_n})
             if not reply["ok"]:
                 return reply
-            est = max(float(reply["ms"]), self.timer.warmup(self.baseline_fn, base_inputs, warm_n))
+            est = max(float(reply["ms"]), self.timer.warmup(self.baseline_fn, base_buf, warm_n))
         else:
             est = 0.0  # the interpreter was warmed by the correctness calls and gets a fixed rep count
         reps = timing.plan_reps(est, self.device)
@@ -202,55 +311,138 @@ class Harness:
         cand_wall: list[float] = []
         base_ms: list[float] = []
         base_wall: list[float] = []
+        checked = 0
         sides = ["candidate", "baseline"] if order % 2 == 0 else ["baseline", "candidate"]
         self.progress("timing", "time", group=row["group"], shape=row["name"])
+        previous: int | None = None
+        problem = None
+        after = 0
         for _ in range(blocks):
+            plan = self._plan(per_block, len(sets), previous)
+            previous = plan[-1]
+            after = self._plan(1, len(sets), plan[-1])[0] if cuda else plan[-1]
             for side in sides:
                 if side == "candidate":
-                    reply = self.ask({"op": "time", "key": key, "n": per_block}, 1 << 24)
+                    check = [self.rng.randrange(per_block)]
+                    subset_seed = self.rng.randrange(1 << 30)
+                    reply = self.ask({"op": "time", "key": key, "plan": plan, "check": check,
+                                      "subset_seed": subset_seed, "after": after})
                     if not reply["ok"]:
                         return reply
                     cand_ms += [float(x) for x in reply["ms"]]
                     cand_wall += [float(x) for x in reply["wall"]]
+                    problem = problem or self._spot(kept, plan, self.tensors(reply["spots"]), subset_seed)
+                    checked += len(check)
                 else:
-                    ms, wall, _ = self.timer.block(self.baseline_fn, base_inputs, per_block)
+                    def refill(i: int, plan: list[int] = plan) -> None:
+                        inputs_mod.refill(base_buf, sets[plan[i]]["inputs"])
+
+                    ms, _ = self.timer.block(self.baseline_fn, base_buf, per_block, refill=refill)
                     base_ms += ms
-                    base_wall += wall
+                    if cuda:
+                        wall, _ = self.timer.isolated(
+                            self.baseline_fn, base_buf, refill=lambda i: inputs_mod.refill(base_buf, sets[after]["inputs"]))
+                        base_wall.append(wall)
+                    else:
+                        base_wall += ms
         self.progress("revalidate", "call", group=row["group"], shape=row["name"])
-        reply = self.ask({"op": "output", "key": key}, self._frame_limit(kept["expected"]))
+        reply = self.ask({"op": "output", "key": key})
         if not reply["ok"]:
             return reply
-        outs = [o.to(self.device) if isinstance(o, self.torch.Tensor) else o for o in reply["outputs"]]
-        verdict = checks.compare(outs, reply["meta"], kept["expected"], kept["dtypes"], self.cfg["outputs"],
-                                 self.cfg["tols"], self.device)
-        problem = None
+        outs = self.tensors(reply["outputs"])
+        ref = sets[int(reply.get("set", after))]["expected"]
+        verdict = checks.compare(outs, reply["meta"], ref, kept["dtypes"], self.cfg["outputs"], self.cfg["tols"],
+                                 self.device)
         if reply.get("mutated"):
-            problem = f"forward modified its input(s) {', '.join(map(str, reply['mutated']))} during timing"
+            problem = problem or f"forward modified its input(s) {', '.join(map(str, reply['mutated']))} during timing"
         elif not verdict["ok"]:
-            problem = f"after the timing loop: {verdict['problem']}"
+            problem = problem or f"after the timing loop: {verdict['problem']}"
         c, b = timing.summarize(cand_ms), timing.summarize(base_ms)
         row.update(
             ms=c["median"], ms_iqr=c["iqr"], ms_min=c["min"],
             baseline_ms=b["median"], baseline_ms_iqr=b["iqr"],
             wall_ms=timing.summarize(cand_wall)["median"], baseline_wall_ms=timing.summarize(base_wall)["median"],
-            reps=len(cand_ms), revalidated=problem is None,
+            reps=len(cand_ms), revalidated=problem is None, spot_checks=checked,
         )
         if problem:
             row.update(correct=False, problem=problem)
         return None
+
+    # -- profile -------------------------------------------------------------------------------------------------
+
+    def profile(self, rows: list[dict[str, Any]], keys: dict[str, int]) -> dict[str, Any] | None:
+        """Record a few calls per shape with torch.profiler, candidate and baseline, each side in one session.
+
+        Gives the kernel table, the provenance check (only the candidate's Triton kernels, on the caller's stream)
+        and an independent timer (the kernel sum per call) to hold against the CUDA-event median.
+        """
+        from workbench.evaluator import inputs as inputs_mod
+        from workbench.profiler import capture, kernels
+
+        plans = {row["name"]: self._plan(PROFILE_CALLS, len(self.kept[keys[row["name"]]]["sets"]), None)
+                 for row in rows}
+        calls = [(keys[row["name"]], i) for row in rows for i in plans[row["name"]]]
+        self.progress("profile", "time", group=rows[0]["group"], shape=rows[0]["name"])
+        reply = self.ask({"op": "profile", "calls": calls})
+        if not reply["ok"]:
+            return reply
+        windows = kernels.attribute(reply["events"])
+        self.compile_stats = list(reply.get("compile", []))
+        jobs = []
+        for row in rows:
+            sets = self.kept[keys[row["name"]]]["sets"]
+            buf = inputs_mod.clone(sets[0]["inputs"])
+            for i in plans[row["name"]][:BASELINE_PROFILE_CALLS]:
+                def prepare(buf: dict[str, Any] = buf, src: dict[str, Any] = sets[i]["inputs"]) -> None:
+                    inputs_mod.refill(buf, src)
+                    self.timer.flush()
+
+                jobs.append((self.baseline_fn, buf, prepare))
+        base_windows = kernels.attribute(capture.capture(jobs)) if self.cfg.get("profile_baseline", True) else []
+        for n, row in enumerate(rows):
+            mine = windows[n * PROFILE_CALLS:(n + 1) * PROFILE_CALLS]
+            self._judge_profile(row, mine)
+            if base_windows:
+                theirs = base_windows[n * BASELINE_PROFILE_CALLS:(n + 1) * BASELINE_PROFILE_CALLS]
+                row["profile"]["baseline_kernels"] = kernels.kernel_table(theirs)
+        return None
+
+    def _judge_profile(self, row: dict[str, Any], calls: list[list[dict[str, Any]]]) -> None:
+        from workbench.profiler import kernels
+
+        sums = kernels.per_call_ms(calls)
+        kernel_ms = sorted(sums)[len(sums) // 2] if sums else None
+        row["profile"] = {"calls": len(calls), "kernel_ms": kernel_ms, "kernels": kernels.kernel_table(calls)}
+        problems = kernels.provenance(calls, self.cfg["jit_names"])
+        if problems and "forbidden" not in row:
+            row["forbidden"] = f"{self.cfg['display']}: {problems[0]}"
+        ms = row.get("ms")
+        if not (kernel_ms and ms):
+            return
+        ratio = ms / kernel_ms
+        row["profile"]["event_vs_kernel"] = ratio
+        row["profile"]["event_overhead_us"] = (ms - kernel_ms) * 1e3
+        if ratio < ESCAPE_RATIO and "forbidden" not in row:
+            row["forbidden"] = (f"{self.cfg['display']}: the timed window saw {ms:.4g} ms but the profiler saw "
+                                f"{kernel_ms:.4g} ms of GPU work per call: work escaped the timed window")
+        elif abs(ratio - 1) > AGREEMENT_WARN and abs(ms - kernel_ms) * 1e3 > AGREEMENT_WARN_US:
+            self.warnings.append(f"{row['name']}: CUDA-event median {ms:.4g} ms and profiler kernel sum "
+                                 f"{kernel_ms:.4g} ms differ by {100 * abs(ratio - 1):.0f}%")
 
     # -- main ----------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
         if not self.setup():
             return
-        self.kept: dict[int, dict[str, Any]] = {}
+        self.kept: dict[Any, Any] = {}
+        self.compile_stats: list[dict[str, Any]] = []
         self.progress("load", "load")
-        reply = self.ask({"op": "load"}, 1 << 20)
+        reply = self.ask({"op": "load"})
         rows: list[dict[str, Any]] = []
         if not reply["ok"]:
             self.finish(rows, reply)
             return
+        self.generate = bool(reply.get("generate"))
         keys: dict[str, int] = {}
         for group in self.cfg["groups"]:
             for shape in group["shapes"]:
@@ -260,6 +452,9 @@ class Harness:
                 failure = self.check_shape(row, shape, keys[shape["name"]])
                 if failure:
                     self.finish(rows, failure)
+                    return
+                if row.get("forbidden"):
+                    self.finish(rows, None)
                     return
         if any(r["correct"] is False for r in rows):
             self.finish(rows, None)
@@ -276,44 +471,57 @@ class Harness:
         try:
             for order, row in enumerate(rows):
                 failure = self.time_shape(row, keys[row["name"]], order)
-                if failure:
+                if failure or row.get("correct") is False:
                     break
+            if not failure and self.device == "cuda" and rows and all(r.get("correct") for r in rows):
+                failure = self.profile(rows, keys)
         finally:
             if sampler is not None:
-                during = sampler.stop()
-                self.env["clocks_during"] = during
-                reason = envinfo.throttled(during)
-                if reason:
-                    self.warnings.append(f"GPU clocks were throttled during timing (reasons {reason})")
+                self.clocks_during = sampler.stop()
         self.finish(rows, failure)
 
     def finish(self, rows: list[dict[str, Any]], failure: dict[str, Any] | None) -> None:
         """Send the final measurements; a worker failure (compile error, crash, forbidden) rides along."""
-        from workbench.evaluator import timing
+        from workbench.evaluator import envinfo, timing
 
         if failure is not None:
             failure = {"verdict": failure.get("verdict", "crash"), "message": str(failure.get("message", ""))[:2000],
                        "stage": dict(self.stage)}
+        thread = getattr(self, "_env_thread", None)
+        if thread is not None:
+            thread.join(timeout=30)
+        env = dict(self.env)
+        during = getattr(self, "clocks_during", None)
+        if during is not None:
+            env["clocks_during"] = during
+            reason = envinfo.throttled(during)
+            if reason:
+                self.warnings.append(f"GPU clocks were throttled during timing (reasons {reason})")
+        moved = sum(getattr(self, name).bytes_moved for name in ("slab_in", "slab_out") if hasattr(self, name))
         self.tell({
             "type": "result",
             "failure": failure,
             "rows": rows,
-            "env": self.env,
-            "baseline": self.baseline_name,
+            "env": env,
+            "baseline": getattr(self, "baseline_name", None),
+            "compile": getattr(self, "compile_stats", []),
             "timing": {
-                "method": "cuda events around each call, L2 flush enqueued before each rep, device-wide sync after "
-                          "each rep, host wall time from call to after that sync, interleaved A/B blocks"
+                "method": "cuda events around each call; before each rep the inputs are refilled with another seed's "
+                          "values and L2 is flushed, outside the window; reps enqueued back to back, device-wide "
+                          "sync per block; interleaved A/B blocks; one isolated host-timed call per block"
                 if self.device == "cuda" else "host perf_counter (Triton interpreter), not comparable",
                 "flush_mb": timing.FLUSH_BYTES >> 20 if self.device == "cuda" else 0,
                 "flush_ms": getattr(getattr(self, "timer", None), "flush_ms", None),
                 "blocks": self.cfg["blocks"] if self.device == "cuda" else 1,
+                "inputs": "generated in both processes, fingerprint-checked" if self.generate else "sent via slab",
+                "slab_mb": round(moved / 2**20, 1),
             },
             "warnings": self.warnings,
         })
         try:
             from workbench.evaluator import wire
 
-            wire.write_frame(self.cfg["fd_worker_out"], wire.dump_torch({"op": "exit"}))
+            wire.write_frame(self.cfg["fd_worker_out"], wire.dump_json({"op": "exit"}))
         except OSError:
             pass
 

@@ -27,6 +27,7 @@ from workbench.evaluator import wire
 from workbench.evaluator.device import resolve_device
 from workbench.evaluator.errors import EvalUsageError
 from workbench.evaluator.guards import check_static
+from workbench.evaluator.guards.static import jit_functions
 
 if TYPE_CHECKING:
     from workbench.tasks import Task
@@ -43,6 +44,20 @@ LOST_WAIT_S = 5.0
 _PARENT_FRAME_LIMIT = 64 << 20
 KEEP_ENV = "WORKBENCH_EVAL_KEEP"
 """Set (to anything) to keep each evaluation's private folder, with the children's logs, for debugging."""
+SHM_DIR = "/dev/shm"
+SHM_MIN_FREE = 4 << 30
+"""The tensor slabs go to shared memory when it has this much room (a container's default /dev/shm is 64 MB);
+otherwise they live in the evaluation's private folder, which the page cache serves nearly as fast."""
+
+
+def _slab_dir(tmp: Path) -> Path:
+    try:
+        st = os.statvfs(SHM_DIR)
+        if st.f_bavail * st.f_frsize >= SHM_MIN_FREE and os.access(SHM_DIR, os.W_OK):
+            return Path(tempfile.mkdtemp(prefix="workbench-slab-", dir=SHM_DIR))
+    except OSError:
+        pass
+    return tmp
 
 
 def _child_env(device: str) -> dict[str, str]:
@@ -150,6 +165,7 @@ def _describe(stage: dict[str, Any]) -> str:
         "warmup": "warming up forward",
         "timing": "timing forward",
         "revalidate": "re-checking forward's output after timing",
+        "profile": "profiling forward",
     }.get(name, name)
     if "shape" in stage:
         text += f" on shape {stage['shape']}"
@@ -161,9 +177,11 @@ def _describe(stage: dict[str, Any]) -> str:
 class _Run:
     """The process part of one evaluation: spawn, watch, collect, clean up."""
 
-    def __init__(self, task: "Task", path: Path, data: bytes, device: str, heldout: bool, seeds: int, timeout: float):
+    def __init__(self, task: "Task", path: Path, data: bytes, device: str, heldout: bool, seeds: int, timeout: float,
+                 jit_names: list[str]):
         self.task, self.path, self.data, self.device = task, path, data, device
         self.heldout, self.seeds, self.timeout = heldout, seeds, timeout
+        self.jit_names = jit_names
 
     def _groups(self) -> list[dict[str, Any]]:
         public, hidden = ("cuda", "heldout") if self.device == "cuda" else ("cpu", "heldout_cpu")
@@ -175,6 +193,7 @@ class _Run:
     def execute(self) -> dict[str, Any]:
         """Run the harness and the worker; return the outcome: {"kind": "result" | "timeout" | ..., ...}."""
         tmp = Path(tempfile.mkdtemp(prefix="workbench-eval-"))  # mode 0700: private to this user
+        slabs = _slab_dir(tmp)
         fds: list[int] = []
         procs: list[subprocess.Popen] = []
         try:
@@ -197,7 +216,11 @@ class _Run:
                 "fd_in": h2w_r,
                 "fd_out": w2h_w,
                 "forbidden_imports": list(self.task.forbidden_imports),
-                "max_frame": 1 << 34,
+                "max_frame": 1 << 28,
+                "reference": str(self.task.reference),
+                "task_dir": str(self.task.dir),
+                "slab_in": str(slabs / "to_worker.slab"),
+                "slab_out": str(slabs / "to_harness.slab"),
             }
             harness_cfg = {
                 "task": self.task.name,
@@ -214,6 +237,11 @@ class _Run:
                 "fd_worker_out": h2w_w,
                 "fd_worker_in": w2h_r,
                 "fd_parent": h2p_w,
+                "slab_out": str(slabs / "to_worker.slab"),
+                "slab_in": str(slabs / "to_harness.slab"),
+                "display": str(self.path),
+                "jit_names": self.jit_names,
+                "profile_baseline": True,
             }
             self.worker_log, self.private = tmp / "worker.log", str(private)
             worker = _spawn("workbench.evaluator.worker", worker_cfg, (h2w_r, w2h_w), self.worker_log, cand_dir, env)
@@ -231,6 +259,8 @@ class _Run:
                 _kill_group(proc)
             for fd in fds:
                 os.close(fd)
+            if slabs != tmp:
+                shutil.rmtree(slabs, ignore_errors=True)
             if os.environ.get(KEEP_ENV):
                 self.kept_dir = str(tmp)
             else:
@@ -276,7 +306,7 @@ class _Run:
                     stage = msg
                     stage_end = time.monotonic() + float(msg.get("budget_s", self.timeout))
                 elif kind == "env":
-                    info["env"], info["baseline"] = msg["env"], msg["baseline"]
+                    info["env"] = msg["env"]
                 elif kind in ("result", "worker_lost", "harness_error", "usage_error"):
                     mark("done")
                     # The final message's env (with clocks sampled during timing) supersedes the early one.
@@ -332,6 +362,7 @@ def evaluate(
     heldout: bool = False,
     timeout_s: float | None = None,
     seeds: int = 3,
+    static_guards: bool = True,
 ) -> dict[str, Any]:
     """Evaluate one candidate file against a task.
 
@@ -342,10 +373,13 @@ def evaluate(
         heldout: also run the held-out shapes, reported under "heldout".
         timeout_s: wall-clock limit for the whole evaluation; default 300 s on CPU, 600 s on CUDA.
         seeds: input seeds per shape (each seed also picks an input distribution).
+        static_guards: False skips the static source checks, so that the self-test can prove the run-time guards
+            catch on their own what the static ones would have; every real evaluation keeps them.
 
     Returns:
         The evaluator contract dict (task, file, sha256, device, verdict, message, shapes, speedup,
-        timing_comparable) plus baseline, seeds, heldout, timing, env, warnings, findings and elapsed_s.
+        timing_comparable) plus baseline, seeds, heldout, timing, env, warnings, findings, quarantined,
+        profile (CUDA: kernel table, roofline class and advice per shape), phases_s and elapsed_s.
 
     Raises:
         EvalUsageError: a missing file, an unknown device, CUDA asked for but unavailable, or bad arguments.
@@ -374,7 +408,9 @@ def evaluate(
         return done("compile_error", f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     except SyntaxError as exc:
         return done("compile_error", f"{path}:{exc.lineno}: SyntaxError: {exc.msg}")
-    findings = check_static(task, source, str(path), tree=tree)
+    findings = check_static(task, source, str(path), tree=tree) if static_guards else []
+    if not static_guards:
+        result["static_guards"] = False
     if findings:
         first = findings[0]
         more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
@@ -382,7 +418,7 @@ def evaluate(
                     findings=[f.to_dict() for f in findings])
 
     timeout = float(timeout_s) if timeout_s is not None else DEFAULT_TIMEOUT_S[dev]
-    run = _Run(task, path, data, dev, heldout, seeds, timeout)
+    run = _Run(task, path, data, dev, heldout, seeds, timeout, jit_functions(tree))
     outcome = run.execute()
     if getattr(run, "kept_dir", None):
         result["logs_dir"] = run.kept_dir
@@ -419,6 +455,15 @@ def evaluate(
         result["heldout_speedup"] = verdicts.geomean([e["speedup"] for e in result["heldout"]])
     result["timing"] = outcome.get("timing")
     result["warnings"] = list(outcome.get("warnings", [])) + warnings
+    reason = verdicts.quarantine(task, dev, verdict, rows)
+    result["quarantined"] = reason is not None
+    if reason:
+        result["quarantine_reason"] = reason
+    if dev == "cuda" and any(r.get("ms") is not None for r in public):
+        from workbench.profiler import summary
+
+        sms = (outcome.get("env") or {}).get("sms")
+        result["profile"] = summary.build(task, public, outcome.get("compile") or [], sms)
     if verdict == "ok":
         n = len(public) + (len(hidden) if heldout else 0)
         message = f"correct on {n} shapes x {seeds} seeds"

@@ -31,6 +31,8 @@ def format_result(result: dict[str, Any]) -> str:
         f"{result.get('task')}  {result.get('file')}  [{result.get('device')}]  sha256 {str(result.get('sha256', ''))[:12]}",
         f"verdict: {result.get('verdict')}" + (f" - {result['message']}" if result.get("message") else ""),
     ]
+    if result.get("quarantined"):
+        lines.append(f"quarantined: {result.get('quarantine_reason')} (needs review before it can count as best)")
     if result.get("shapes"):
         lines += _table(result["shapes"])
     if result.get("heldout"):

@@ -11,8 +11,16 @@ if TYPE_CHECKING:
 MEASURED_COPY_TB_S = 4.25
 """Our measured H200 on-GPU copy rate: an implied bandwidth above it is suspicious, though not impossible."""
 
+PRECISION_RATIO = 2.0
+"""A candidate whose error is more than this many times the baseline's on the same inputs is flagged (L2) ..."""
+PRECISION_TOL_FRACTION = 0.25
+"""... once its error is also a visible part of the tolerance (an fp32 kernel at 3e-7 against torch's 1e-7 is
+rounding noise, not a downcast)."""
+QUARANTINE_FLOOR_MARGIN = 1.1
+"""A time within 10% of the roofline floor is physically possible but needs review before it can count as best."""
+
 _ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_ms", "reps", "baseline_rel_err",
-               "seeds_checked", "problem")
+               "err_ratio", "precision_flag", "seeds_checked", "spot_checks", "revalidated", "call_ms", "problem")
 
 
 def clean(value: Any) -> Any:
@@ -83,6 +91,11 @@ def judge(
         label = "held-out shape" if first.get("role") == "heldout" else "shape"
         count = f" ({len(bad)} of {len(rows)} shapes fail)" if len(bad) > 1 else ""
         return "incorrect", f"incorrect on {label} {first['name']}, {first.get('problem')}{count}", warnings
+    # Provenance found at run time (dispatched torch ops, foreign kernels, escaped work) is judged on results that
+    # would otherwise count: a wrong result is reported as wrong, the more actionable message.
+    forbidden = [r for r in rows if r.get("forbidden")]
+    if forbidden:
+        return "forbidden", f"{forbidden[0]['forbidden']} (shape {forbidden[0]['name']})", warnings
     if device == "cuda":
         for row in rows:
             ms, floor = row.get("ms"), task.floor_ms(row["name"], "cuda")
@@ -104,3 +117,19 @@ def judge(
                 warnings.append(f"{row['name']}: implied bandwidth {tb_s:.2f} TB/s is above the measured copy rate "
                                 f"{MEASURED_COPY_TB_S} TB/s")
     return "ok", "", warnings
+
+
+def quarantine(task: "Task", device: str, verdict: str, rows: list[dict[str, Any]]) -> str | None:
+    """Why a result must stay unverified until a person reviews it (HARNESS.md T8), or None.
+
+    Implausible results are always quarantined; an "ok" one is when a shape runs within 10% of its roofline floor.
+    """
+    if verdict == "implausible":
+        return "implausible timing"
+    if verdict != "ok" or device != "cuda":
+        return None
+    for row in rows:
+        ms, floor = row.get("ms"), task.floor_ms(row["name"], "cuda")
+        if isinstance(ms, (int, float)) and floor is not None and ms < QUARANTINE_FLOOR_MARGIN * floor:
+            return f"{row['name']} runs within {100 * (QUARANTINE_FLOOR_MARGIN - 1):.0f}% of its roofline floor"
+    return None

@@ -1,9 +1,8 @@
-"""Length-prefixed frames over inherited pipe fds: JSON to the parent, torch.save bytes between harness and worker."""
+"""Length-prefixed JSON frames over inherited pipe fds (tensors travel beside them, through slab.py)."""
 
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
 import struct
@@ -80,30 +79,6 @@ def read_frame(fd: int, limit: int) -> bytearray | None:
 def dump_json(obj: Any) -> bytes:
     """JSON bytes for a frame; NaN and inf are kept (Python's JSON reads them back)."""
     return json.dumps(obj, default=str).encode("utf-8")
-
-
-def dump_torch(obj: Any) -> memoryview:
-    """torch.save bytes of plain data and tensors (the receiver loads them with weights_only=True)."""
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getbuffer()
-
-
-def load_torch(data: bytes | bytearray) -> Any:
-    """Load a frame written by dump_torch; weights_only refuses arbitrary objects (no pickle code execution).
-
-    Raises:
-        WireError: the bytes are not a weights-only torch.save payload.
-    """
-    import torch
-
-    try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises UnpicklingError, RuntimeError or others on foreign bytes
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise WireError(f"unreadable payload: {first[:200]}") from None
 
 
 class FrameReader:

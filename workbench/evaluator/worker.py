@@ -1,8 +1,10 @@
 """The candidate process: loads one candidate file and runs it on the trusted harness's requests.
 
 Run as ``python -m workbench.evaluator.worker`` with its JSON config on stdin. Everything here shares a process
-with untrusted code, so the harness treats every reply as a claim: outputs are re-checked there, and only
-failures (never successes) are taken from this side on trust.
+with untrusted code, so the harness treats every reply as a claim: outputs are re-checked there against expected
+outputs that never enter this process, and only failures (never successes) are taken from this side on trust.
+Inputs are drawn here with the task's own make_inputs (reported by fingerprint); tensors travel through shared
+slabs, messages as JSON frames.
 """
 
 from __future__ import annotations
@@ -15,55 +17,91 @@ import time
 from typing import Any
 
 
-def _same_bits(a: Any, b: Any) -> bool:
-    import torch
-
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride() or a.device != b.device:
-            return False
-        return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
-    return a == b
+def _import_file(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
 class Worker:
-    """Serves load / run / warmup / time / output / exit requests until told to exit or the harness goes away."""
+    """Serves load / run / warmup / time / output / profile / exit requests until told to exit."""
 
-    def __init__(self, cfg: dict[str, Any]):
+    def __init__(self, cfg: dict[str, Any], warming: Any = None):
         import torch
 
-        from workbench.evaluator import timing, wire
+        from workbench.evaluator import inputs, slab, timing, wire
         from workbench.evaluator.guards import runtime
 
-        self.torch, self.timing, self.wire, self.guard = torch, timing, wire, runtime
+        self.torch, self.timing, self.wire, self.guard, self.inputs = torch, timing, wire, runtime, inputs
         self.cfg = cfg
         self.device = cfg["device"]
         self.fd_in, self.fd_out = cfg["fd_in"], cfg["fd_out"]
+        self.slab_in, self.slab_out = slab.Slab(cfg["slab_in"]), slab.Slab(cfg["slab_out"])
         self.module = None
         self.entry = None
-        self.kept: dict[int, dict[str, Any]] = {}
+        self.pools: dict[int, dict[str, Any]] = {}
         self.timer = None
+        self.make_inputs = self._load_make_inputs()
         self.modules_before = set(sys.modules)
         self.timers_before = runtime.snapshot_timers()
+        self.audit = runtime.AuditGuard(cfg["candidate"])
+        self.warming = warming
+        """The Triton warm-up thread (CUDA), joined before the first candidate call so no thread of ours is alive
+        when the thread check runs."""
+
+    def _load_make_inputs(self) -> Any:
+        """The task's make_inputs, loaded before the candidate; None when the reference cannot live here.
+
+        A reference that pulls in a forbidden module (or fails to import) would put that module within the
+        candidate's reach, so inputs then travel from the harness instead.
+        """
+        before = set(sys.modules)
+        try:
+            sys.path.insert(0, self.cfg["task_dir"])
+            module = _import_file(self.cfg["reference"], "workbench_task_inputs")
+        except Exception:  # noqa: BLE001 - any failure just means "send the inputs"
+            return None
+        finally:
+            if sys.path and sys.path[0] == self.cfg["task_dir"]:
+                sys.path.pop(0)
+        if self.guard.forbidden_modules(set(sys.modules) - before, self.cfg["forbidden_imports"]):
+            return None
+        return getattr(module, "make_inputs", None)
 
     # -- helpers -------------------------------------------------------------------------------------------------
+
+    def _violation(self) -> dict[str, Any] | None:
+        """The first provenance violation seen so far (audit events, namespace, modules, timers), as a reply."""
+        display = self.cfg["display"]
+        if self.audit.violations:
+            line, message = self.audit.violations[0]
+            where = f"{display}:{line}" if line else display
+            return {"ok": False, "verdict": "forbidden", "fatal": False, "message": f"{where}: the candidate {message}"}
+        loaded = self.guard.forbidden_modules(set(sys.modules) - self.modules_before, self.cfg["forbidden_imports"])
+        if loaded:
+            return {"ok": False, "verdict": "forbidden", "fatal": False,
+                    "message": f"{display}: the candidate loaded forbidden module(s) {', '.join(loaded)}"}
+        patched = self.guard.replaced_timers(self.timers_before)
+        if patched:
+            return {"ok": False, "verdict": "forbidden", "fatal": False,
+                    "message": f"{display}: the candidate replaced timing function(s) {', '.join(patched)}"}
+        if self.module is not None:
+            held = self.guard.namespace_violations(self.module)
+            if held:
+                return {"ok": False, "verdict": "forbidden", "fatal": False,
+                        "message": f"{display}: the candidate holds {', '.join(held[:3])}, which is off its allowlist"}
+        return None
 
     def _fail(self, exc: BaseException) -> dict[str, Any]:
         from workbench.evaluator.diagnose import classify
 
+        violation = self._violation()
+        if violation:  # an action the audit hook refused surfaces as an exception: report the refusal
+            return violation
         info = classify(exc, self.cfg["candidate"], self.cfg["display"], self.module)
         return {"ok": False, **info}
-
-    def _guard(self) -> dict[str, Any] | None:
-        """Runtime provenance checks after candidate code ran: forbidden modules loaded, timers replaced."""
-        loaded = self.guard.forbidden_modules(set(sys.modules) - self.modules_before, self.cfg["forbidden_imports"])
-        if loaded:
-            return {"ok": False, "verdict": "forbidden", "fatal": False,
-                    "message": f"{self.cfg['display']}: the candidate loaded forbidden module(s) {', '.join(loaded)}"}
-        patched = self.guard.replaced_timers(self.timers_before)
-        if patched:
-            return {"ok": False, "verdict": "forbidden", "fatal": False,
-                    "message": f"{self.cfg['display']}: the candidate replaced timing function(s) {', '.join(patched)}"}
-        return None
 
     def _sync(self) -> None:
         if self.device == "cuda":
@@ -86,34 +124,42 @@ class Worker:
         self._sync()
         del blocks
 
-    def _package(self, value: Any) -> tuple[list[Any], list[dict[str, Any]]]:
-        """Copy returned tensors off the candidate's buffers right after sync, and describe every value."""
+    def _values(self, value: Any) -> list[Any]:
+        return list(value) if isinstance(value, (tuple, list)) else [value]
+
+    def _describe(self, value: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+        """The returned values as plain tensors (or None) plus what each was, observed before any copy."""
         torch = self.torch
-        values = list(value) if isinstance(value, (tuple, list)) else [value]
         outs, meta = [], []
-        for v in values:
+        for v in self._values(value):
             t = type(v)
             info: dict[str, Any] = {"type": f"{t.__module__}.{t.__qualname__}"}
             if t is torch.Tensor:
                 info.update(dtype=str(v.dtype), shape=list(v.shape), stride=list(v.stride()), device=str(v.device))
-                outs.append(v.detach().to("cpu", copy=True))
+                outs.append(v.detach())
             else:
                 outs.append(None)
             meta.append(info)
         return outs, meta
 
-    def _mutated(self, entry: dict[str, Any]) -> list[str]:
-        return [k for k, v in entry["pristine"].items() if not _same_bits(entry["inputs"][k], v)]
-
-    def _call(self, entry: dict[str, Any]) -> Any:
-        out = self.entry(**entry["inputs"])  # type: ignore[misc]
+    def _call(self, inputs: dict[str, Any]) -> Any:
+        out = self.entry(**inputs)  # type: ignore[misc]
         self._sync()
         return out
+
+    def _threads_left(self, before: set[int]) -> dict[str, Any] | None:
+        extra = self.guard.python_threads() - before
+        if extra:
+            return {"ok": False, "verdict": "forbidden", "fatal": False,
+                    "message": f"{self.cfg['display']}: forward left {len(extra)} thread(s) running; work must be "
+                               "done (and synchronised) before forward returns"}
+        return None
 
     # -- requests ------------------------------------------------------------------------------------------------
 
     def op_load(self, msg: dict[str, Any]) -> dict[str, Any]:
         path, display = self.cfg["candidate"], self.cfg["display"]
+        self.audit.install()
         try:
             spec = importlib.util.spec_from_file_location("candidate", path)
             module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
@@ -130,29 +176,50 @@ class Worker:
             return {"ok": False, "verdict": "compile_error", "fatal": False,
                     "message": f"{display}: defines no callable {self.cfg['entry']}()"}
         self.entry = entry
-        return self._guard() or {"ok": True}
+        return self._violation() or {"ok": True, "generate": self.make_inputs is not None}
 
     def op_run(self, msg: dict[str, Any]) -> dict[str, Any]:
-        torch = self.torch
-        inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in msg["inputs"].items()}
-        pristine = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        entry = {"inputs": inputs, "pristine": pristine, "last": None}
+        """One checked call: fresh inputs, poisoned allocator, dispatch recording, outputs into the slab."""
+        inputs_mod = self.inputs
+        if self.warming is not None:
+            self.warming.join()
+            self.warming = None
+        if msg.get("inputs") is not None:
+            inputs = self.slab_in.unpack(msg["inputs"], self.device)
+            fp = None
+        else:
+            inputs = self.make_inputs(dict(msg["params"]), int(msg["seed"]), self.device)  # type: ignore[misc]
+            fp = inputs_mod.fingerprint(inputs)
+        pristine = inputs_mod.clone(inputs)
         self._poison(msg["specs"])
+        recorder = self.guard.make_op_recorder()
+        threads = self.guard.python_threads()
         t0 = time.perf_counter()
         try:
-            value = self._call(entry)
+            with recorder:
+                value = self._call(inputs)
         except BaseException as exc:  # noqa: BLE001
             return self._fail(exc)
         ms = (time.perf_counter() - t0) * 1e3
-        guard = self._guard()
+        guard = self._violation() or self._threads_left(threads)
         if guard:
             return guard
-        outs, meta = self._package(value)
+        outs, meta = self._describe(value)
         del value
-        mutated = self._mutated(entry)
-        if msg.get("keep"):
-            self.kept[msg["key"]] = entry
-        return {"ok": True, "outputs": outs, "meta": meta, "mutated": mutated, "ms": ms}
+        packed = self.slab_out.pack(outs)
+        mutated = inputs_mod.same(inputs, pristine)
+        del pristine
+        pool = self.pools.setdefault(int(msg["key"]), {"sets": {}, "buf": None, "last": None, "last_set": None})
+        pool["sets"][int(msg["index"])] = inputs
+        ops = dict(sorted(recorder.disallowed.items(), key=lambda kv: -kv[1]))
+        reply: dict[str, Any] = {"ok": True, "outputs": packed, "meta": meta, "mutated": mutated, "ms": ms,
+                                 "fingerprint": fp}
+        if ops:
+            listed = ", ".join(f"{k} (x{v})" for k, v in list(ops.items())[:4])
+            reply["ops"] = ops
+            reply["ops_message"] = (f"{self.cfg['display']}: forward dispatched torch compute op(s) {listed}; only "
+                                    "allocation, view and copy ops may run outside the candidate's Triton kernels")
+        return reply
 
     def _timer(self) -> Any:
         if self.timer is None:
@@ -161,41 +228,114 @@ class Worker:
                 self.timing.pin_cpu(1)
         return self.timer
 
+    def _buf(self, key: int) -> dict[str, Any]:
+        """The timing buffers of a shape: fixed addresses that every timed rep refills with one input set."""
+        pool = self.pools[key]
+        if pool["buf"] is None:
+            first = pool["sets"][min(pool["sets"])]
+            pool["buf"] = self.inputs.clone(first)
+        return pool["buf"]
+
     def op_warmup(self, msg: dict[str, Any]) -> dict[str, Any]:
-        entry = self.kept[msg["key"]]
+        key = int(msg["key"])
+        buf = self._buf(key)
         try:
-            est = self._timer().warmup(self.entry, entry["inputs"], msg["n"])
+            est = self._timer().warmup(self.entry, buf, int(msg["n"]))
         except BaseException as exc:  # noqa: BLE001
             return self._fail(exc)
-        return self._guard() or {"ok": True, "ms": est}
+        return self._violation() or {"ok": True, "ms": est}
 
     def op_time(self, msg: dict[str, Any]) -> dict[str, Any]:
-        entry = self.kept[msg["key"]]
+        """One block of timed reps with fresh inputs per rep; outputs of the reps in msg["check"] are kept."""
+        torch = self.torch
+        key = int(msg["key"])
+        pool, buf = self.pools[key], self._buf(key)
+        plan = [int(i) for i in msg["plan"]]
+        check = {int(i) for i in msg.get("check", [])}
+        saved: dict[int, list[Any]] = {}
+
+        def refill(i: int) -> None:
+            self.inputs.refill(buf, pool["sets"][plan[i]])
+
+        def keep(i: int, out: Any) -> None:
+            if i in check:
+                saved[i] = [v.detach().clone() if type(v) is torch.Tensor else None for v in self._values(out)]
+
+        timer = self._timer()
+        threads = self.guard.python_threads()
+        after = int(msg.get("after", plan[-1]))
         try:
-            ms, wall, last = self._timer().block(self.entry, entry["inputs"], msg["n"])
+            ms, last = timer.block(self.entry, buf, len(plan), refill=refill, keep=keep)
+            if self.device == "cuda":
+                # One more call, eager and host-timed, on another input set: its output is what "output" re-checks.
+                w, last = timer.isolated(self.entry, buf, refill=lambda i: self.inputs.refill(buf, pool["sets"][after]))
+                wall = [w]
+            else:
+                wall, after = list(ms), plan[-1]  # the interpreter's reps are host-timed already
         except BaseException as exc:  # noqa: BLE001
             return self._fail(exc)
-        entry["last"] = last
-        return self._guard() or {"ok": True, "ms": ms, "wall": wall}
+        guard = self._violation() or self._threads_left(threads)
+        if guard:
+            return guard
+        pool["last"], pool["last_set"] = last, after
+        spots = []
+        seed = int(msg.get("subset_seed", 0))
+        for rep in sorted(saved):
+            values = []
+            for j, t in enumerate(saved[rep]):
+                if t is None:
+                    values.append(None)
+                    continue
+                flat = t.reshape(-1)
+                idx = self.inputs.subset_index(flat.numel(), seed + j).to(flat.device)
+                values.append(flat[idx])
+            spots.append({"rep": rep, "outputs": values})
+        saved.clear()
+        return {"ok": True, "ms": ms, "wall": wall, "spots": self.slab_out.pack(spots)}
 
     def op_output(self, msg: dict[str, Any]) -> dict[str, Any]:
-        entry = self.kept[msg["key"]]
-        outs, meta = self._package(entry["last"])
-        return {"ok": True, "outputs": outs, "meta": meta, "mutated": self._mutated(entry)}
+        """The last timed call's full outputs, and whether forward changed the buffers it was given."""
+        pool = self.pools[int(msg["key"])]
+        outs, meta = self._describe(pool["last"])
+        mutated = self.inputs.same(pool["buf"], pool["sets"][pool["last_set"]])
+        return {"ok": True, "outputs": self.slab_out.pack(outs), "meta": meta, "mutated": mutated,
+                "set": pool["last_set"]}
+
+    def op_profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Calls of every listed shape under one torch.profiler session (CUDA), each after a refill and an L2
+        flush, plus Triton's compile stats. Window i is the i-th (key, input set) pair of msg["calls"]."""
+        from workbench.profiler import capture
+
+        timer = self._timer()
+        jobs = []
+        for key, index in msg["calls"]:
+            pool, buf = self.pools[int(key)], self._buf(int(key))
+
+            def prepare(pool: dict[str, Any] = pool, buf: dict[str, Any] = buf, index: int = int(index)) -> None:
+                self.inputs.refill(buf, pool["sets"][index])
+                timer.flush()
+
+            jobs.append((self.entry, buf, prepare))
+        try:
+            events = capture.capture(jobs)
+        except BaseException as exc:  # noqa: BLE001
+            return self._fail(exc)
+        stats = capture.triton_stats(vars(self.module)) if self.module is not None else []
+        return self._violation() or {"ok": True, "events": events, "compile": stats}
 
     def serve(self) -> int:
         """Answer requests in order; exit 0 when the harness says so or closes the pipe."""
-        ops = {"load": self.op_load, "run": self.op_run, "warmup": self.op_warmup,
-               "time": self.op_time, "output": self.op_output}
+        ops = {"load": self.op_load, "run": self.op_run, "warmup": self.op_warmup, "time": self.op_time,
+               "output": self.op_output, "profile": self.op_profile}
         while True:
             frame = self.wire.read_frame(self.fd_in, self.cfg["max_frame"])
             if frame is None:
                 return 0
-            msg = self.wire.load_torch(frame)
+            msg = json.loads(frame)
             if msg["op"] == "exit":
                 return 0
             reply = ops[msg["op"]](msg)
-            self.wire.write_frame(self.fd_out, self.wire.dump_torch(reply))
+            self.wire.write_frame(self.fd_out, self.wire.dump_json(reply))
             if reply.get("fatal"):
                 return 3  # a CUDA fault leaves the context unusable: never run anything else in it
 
@@ -209,10 +349,15 @@ def main() -> int:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
+    warming = None
     if cfg["device"] == "cuda":
+        from workbench.evaluator import warm
+
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    return Worker(cfg).serve()
+        torch.cuda.init()  # the context is made while the harness sets up, not at the first request
+        warming = warm.start("cuda")
+    return Worker(cfg, warming).serve()
 
 
 if __name__ == "__main__":
