@@ -7,6 +7,10 @@ table last and writes everything to OUT/kda_bench.json.
 
     PYTHONPATH=. python benchmarks/kda_bench.py [--variant NAME:key=val,...] [--shapes K1,K2] [--out DIR]
 
+--quick is the iteration mode for short leases: no FLA; each variant is compiled and checked against the fp64
+oracle in its own process (a faulting variant takes only itself down), then timed per kernel on --shapes.
+--prewarm-fla compiles FLA for every distinct H in parallel processes before a full run.
+
 FLA is imported through kernels/kda/baseline.py (FLA_FLASH_KDA=0, FLA_TILELANG=0): this is a trusted
 benchmark process, not the evaluator's candidate process.
 """
@@ -64,16 +68,155 @@ def kernel_split(torch, fn, inp, reps=3):
     return {name: round(ms, 4) for name, ms in per.items() if name.startswith("_kda")}
 
 
-def warm_variant(cfg_json):
-    """Child process: compile one variant into the shared Triton cache on tiny inputs (same binaries)."""
+def warm_variant(arg_json):
+    """Child process: compile one variant into the shared Triton cache on tiny inputs (same binaries). Given
+    {"cfg": ..., "checks_out": path}, it then checks the variant against the fp64 oracle on QUICK_CHECKS and
+    writes the errors there, so that a variant that faults takes only its own process down."""
     import torch
     from kernels.kda import kda_chunked, reference
-    cfg = json.loads(cfg_json)
+    spec = json.loads(arg_json)
+    cfg = dict(spec["cfg"]) if "checks_out" in spec else spec
     bvs = [cfg.pop("BV")] if "BV" in cfg else [16, 32, 64]
     inp = reference.make_inputs({"B": 1, "T": 100, "H": 2, "K": 128, "V": 128}, 0, "cuda")
     for bv in bvs:
         kda_chunked.kda_chunked(**inp, BV=bv, **cfg)
     torch.cuda.synchronize()
+    if "checks_out" not in spec:
+        return
+    if len(bvs) == 1:
+        cfg["BV"] = bvs[0]
+    errs = {}
+    for cname, params in QUICK_CHECKS.items():
+        inp = reference.make_inputs(params, 7, "cuda")
+        ro, rs = reference.forward(**inp)
+        torch.empty(1 << 28, dtype=torch.float32, device="cuda").fill_(float("nan"))
+        o, s = kda_chunked.kda_chunked(**inp, **cfg)
+        torch.cuda.synchronize()
+        errs[cname] = [rel_rms(o.float(), ro.float()), rel_rms(s, rs.float())]
+    Path(spec["checks_out"]).write_text(json.dumps(errs))
+
+
+def warm_fla(params_json):
+    """Child process: one FLA call on a task shape, so that its autotuner compiles every config into the
+    shared Triton cache."""
+    import torch
+    from kernels.kda import baseline, reference
+    inp = reference.make_inputs(json.loads(params_json), 0, "cuda")
+    baseline.forward(**inp)
+    torch.cuda.synchronize()
+
+
+def prewarm_fla(done_file):
+    """FLA's autotuner compiles about a minute per distinct H; doing the H values in parallel processes cuts
+    the wall time. FLA_CACHE_RESULTS=0 keeps their choices (made while sharing the GPU) out of the cache."""
+    task = tomllib.loads((TASK_DIR / "task.toml").read_text())
+    by_h = {}
+    for shape in task["shapes"]["cuda"]:
+        by_h.setdefault(shape["params"]["H"], shape["params"])
+    env = dict(os.environ, FLA_CACHE_RESULTS="0",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.time()
+    procs = [subprocess.Popen([sys.executable, __file__, "--warm-fla", json.dumps(p)], env=env)
+             for p in by_h.values()]
+    codes = [p.wait() for p in procs]
+    print(f"prewarm-fla: H {sorted(by_h)} exit {codes} in {time.time() - t0:.0f} s", flush=True)
+    Path(done_file).write_text(json.dumps(codes))
+
+
+QUICK_CHECKS = {
+    "Q1": {"B": 2, "T": 1000, "H": 4, "K": 128, "V": 128, "dtype": "bfloat16", "h0": True},
+    "Q2": {"B": 1, "T": 777, "H": 4, "K": 128, "V": 128, "dtype": "bfloat16", "gate": "lower_bound", "h0": True},
+    "Q3": {"B": 1, "T": 1500, "H": 2, "K": 128, "V": 128, "dtype": "bfloat16", "gate": "mild", "h0": True},
+}
+
+
+def quick(args):
+    """Iteration mode: every variant's rel_rms against the fp64 oracle on QUICK_CHECKS (fresh seeds, poisoned
+    allocator), then do_bench medians and per-kernel profiler times on the chosen shapes. No FLA, so no
+    autotuning: the whole call stays short enough for a tight device lease."""
+    import importlib.util
+
+    variants = dict([("main", {})] + [parse_variant(v) for v in args.variant])
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t_compile = time.time()
+    warmers = {name: subprocess.Popen([sys.executable, __file__, "--warm", json.dumps(
+        {"cfg": cfg, "checks_out": str(out_dir / f"check_{name}.json")})], env=env)
+        for name, cfg in variants.items()}
+    import torch
+    from triton.testing import do_bench
+    from kernels.kda import kda_chunked, reference
+
+    task = tomllib.loads((TASK_DIR / "task.toml").read_text())
+    tol = task["tolerance"]["value"]
+    shapes = {s["name"]: s["params"] for s in task["shapes"]["cuda"]}
+    names = (args.shapes or "K1,K7").split(",")
+    impls = {name: (lambda cfg: lambda inp: kda_chunked.kda_chunked(**inp, **cfg))(cfg)
+             for name, cfg in variants.items()}
+    if args.old:
+        spec = importlib.util.spec_from_file_location("kda_old", args.old)
+        old = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(old)
+        impls["old"] = lambda inp: old.forward(**inp)
+    rows = {name: {"name": name} for name in impls}
+    for name, proc in warmers.items():
+        code = proc.wait()
+        path = out_dir / f"check_{name}.json"
+        if code or not path.exists():
+            rows[name]["error"] = f"check process exit {code}"
+            errs = {c: [float("nan")] * 2 for c in QUICK_CHECKS}
+        else:
+            errs = json.loads(path.read_text())
+        for cname, (eo, es) in errs.items():
+            rows[name][f"{cname}_o"], rows[name][f"{cname}_s"] = eo, es
+    compile_s = round(time.time() - t_compile, 1)
+    if "old" in rows:
+        for cname, params in QUICK_CHECKS.items():
+            inp = reference.make_inputs(params, 7, "cuda")
+            ro, rs = reference.forward(**inp)
+            o, s = impls["old"](inp)
+            rows["old"][f"{cname}_o"], rows["old"][f"{cname}_s"] = rel_rms(o.float(), ro.float()), rel_rms(s, rs)
+    print("checks", json.dumps(rows), flush=True)
+    if args.wait_for:
+        t_wait = time.time()
+        while not Path(args.wait_for).exists() and time.time() - t_wait < 150:
+            time.sleep(1)
+        print(f"waited {time.time() - t_wait:.0f} s for {args.wait_for}", flush=True)
+    for sname in names:
+        inp = reference.make_inputs(shapes[sname], 0, "cuda")
+        for name, fn in impls.items():
+            if "error" in rows[name]:
+                rows[name][f"{sname}_ms"], rows[name][f"{sname}_kernels"] = float("nan"), {}
+                continue
+            fn(inp)
+            torch.cuda.synchronize()
+            rows[name][f"{sname}_ms"] = do_bench(lambda: fn(inp), warmup=25, rep=args.rep, return_mode="median")
+            rows[name][f"{sname}_kernels"] = kernel_split(torch, fn, inp)
+            if name != "old":
+                rows[name]["resources"] = {
+                    k: f"{kern.n_regs}r/{kern.n_spills}s/{kern.metadata.shared // 1024}K"
+                    for k, kern in kda_chunked.LAUNCHED.items() if kern is not None}
+        del inp
+        torch.cuda.empty_cache()
+    (out_dir / "kda_quick.json").write_text(json.dumps({"variants": variants, "rows": rows,
+                                                        "compile_s": compile_s}, indent=1))
+    if args.pick:
+        # fastest on the sum of time ratios to the best over the timed shapes, among variants whose every check
+        # stays below 90% of the tolerance
+        ok = [n for n in variants if "error" not in rows[n]
+              and all(rows[n][c + s] <= 0.9 * tol for c in QUICK_CHECKS for s in ("_o", "_s"))]
+        best = {s: min(rows[n][s + "_ms"] for n in ok) for s in names} if ok else {}
+        pick = min(ok, key=lambda n: sum(rows[n][s + "_ms"] / best[s] for s in names)) if ok else "main"
+        Path(args.pick).write_text(json.dumps({"name": pick,
+                                               "config": dict(kda_chunked.CONFIG, **variants[pick])}))
+        print("picked", pick, json.dumps(dict(kda_chunked.CONFIG, **variants[pick])), flush=True)
+    print(f"\ncompile wall {compile_s} s; tolerance {tol}; ms = do_bench median (L2 flushed)")
+    for name, r in rows.items():
+        errs = " ".join(f"{c}:{r[c + '_o']:.2e}/{r[c + '_s']:.2e}" for c in QUICK_CHECKS)
+        bad = not all(r[c + "_o"] <= tol and r[c + "_s"] <= tol for c in QUICK_CHECKS)
+        times = " ".join(f"{s}:{r[s + '_ms']:.3f} {r[s + '_kernels']}" for s in names)
+        print(f"{name:10} {'BAD ' if bad else ''}{errs} | {times} | {r.get('resources', '')} {r.get('error', '')}")
 
 
 def main():
@@ -83,10 +226,28 @@ def main():
     ap.add_argument("--oracle-max-t", type=int, default=1 << 30, help="run the fp64 oracle only up to this T")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep time in ms")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--quick", action="store_true",
+                    help="ours only (no FLA): each variant's error on short shapes and per-kernel times")
+    ap.add_argument("--old", help="path of an earlier kda_chunked.py to time beside the variants (--quick)")
+    ap.add_argument("--pick", help="--quick: write the fastest variant within tolerance here, as JSON")
+    ap.add_argument("--wait-for", help="--quick: before timing, wait (up to 150 s) until this file exists")
+    ap.add_argument("--prewarm-fla", metavar="DONE_FILE",
+                    help="compile FLA for every distinct H of the cuda shapes in parallel processes, then create "
+                         "DONE_FILE; the autotune choices are not cached, so a later run re-tunes on a quiet GPU")
     ap.add_argument("--warm", help=argparse.SUPPRESS)
+    ap.add_argument("--warm-fla", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.warm:
         warm_variant(args.warm)
+        return
+    if args.warm_fla:
+        warm_fla(args.warm_fla)
+        return
+    if args.prewarm_fla:
+        prewarm_fla(args.prewarm_fla)
+        return
+    if args.quick:
+        quick(args)
         return
 
     variants = dict([("main", {})] + [parse_variant(v) for v in args.variant])

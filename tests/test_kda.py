@@ -101,6 +101,20 @@ def test_chunked_matches_oracle(params):
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 
+def test_chunked_accumulates_over_k_slices():
+    """BK below K runs the preparation's K loop more than once; it must match the single-slice result."""
+    inp = _inputs(2, B=1, T=100, H=1, K=32, V=16, gate="mild")
+    ro, rs = REF.forward(**inp)
+    o, s = OURS.kda_chunked(**inp, BK=16, BVP=16)
+    assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
+
+
+def test_chunked_rejects_unknown_launch_parameters():
+    inp = _inputs(0, B=1, T=4, H=1, K=16, V=16)
+    with pytest.raises(TypeError, match="unknown launch parameters"):
+        OURS.kda_chunked(**inp, BKK=16)
+
+
 def test_chunked_is_causal_inside_a_chunk():
     """Changing tokens from p on leaves o[:p] untouched, bit for bit (no look-ahead anchor, FLA #1240)."""
     params = {"B": 1, "T": 80, "H": 2, "K": 16, "V": 16}

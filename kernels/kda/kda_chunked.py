@@ -8,18 +8,19 @@ and the scan, per chunk with entry state S (fp32, in registers):
     V' = U - W S;   O = qg S + Aqk V';   S <- diag(gc) S + kg^T V'.
 
 Exponent range (KERNELS.md section 1.4): exp2(G_r - G_j) is split into a row and a column factor around an
-anchor that is always a past row of the rows it serves, with a fixed (zero) offset: the row just before the
-16-row sub-chunk for the diagonal tiles and the first sub-diagonal, and the row before sub-chunk 2 for the
-three tiles further down (see _kda_prep). With g in [-5, 0) every factor stays below 2^115.4, finite in fp32
-and tf32, and a factor can underflow only where the exact product is below 2^-126; o_t never depends on later
-tokens. Partial chunks are padded with g = k = v = beta = 0, so padded rows neither decay the state nor add to
-it.
+anchor that is always a past row of the rows it serves, with a fixed (zero) offset: row block i (16 rows) of
+Akk and Aqk uses the row just before it, so row factors are <= 1 and column factors <= 2^115.4 for g in
+[-5, 0), finite in fp32 and bf16; a column factor underflows only where the exact product is below it. o_t
+never depends on later tokens. Partial chunks are padded with g = k = v = beta = 0, so padded rows neither
+decay the state nor add to it.
 
-The preparation kernel builds Akk and Aqk with three 64x64 tf32 dots each (one per band of tiles), inverts
-the four 16x16 diagonal blocks of I + L by forward substitution in fp32 and merges them with three more
-dots. It writes W, U, kg, qg, Aqk and gc once (in the inputs' dtype, gc in fp32); the scan reads them once
-per V-block and writes o and the final state, so no per-chunk state goes to memory. Two launches in all,
-against FLA's six.
+Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, anchors,
+and eight tensor-core products of row-masked rows against each row block's own columns, accumulated in place)
+stores qg, kg, gc, Aqk and beta Gamma K (parked in w) and keeps L in registers; then the four 16x16 diagonal
+blocks of I + L are inverted by forward substitution in fp32 and merged with four tf32 products, and
+W = M (beta Gamma K) overwrites the parked values while U = M (beta V) is written. The scan reads the
+intermediates once per V-block and writes o and the final state, so no per-chunk state goes to memory. Two
+launches in all, against FLA's six.
 """
 
 import torch
@@ -30,37 +31,31 @@ BT = 64  # chunk length
 
 # The last compiled kernels launched, by name, so benchmarks can report registers, spills and shared memory.
 LAUNCHED = {}
-# BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V
-# columns per step of the preparation kernel's loops. H200 sweep of 2026-11-29 (benchmarks/RESULTS.md): scan
-# num_stages 3 beat 2 on every shape (3-8%); BK 32, 8 prep warps, 8 scan warps and BV 32 were all slower.
-CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
-          "prep_stages": 1}
+# BV: V columns per scan program (None picks by B*H so that about 128 programs run). BK / BVP: K and V columns
+# per step of the preparation kernel; prep_warps: its warps. H200, 2026-11-30 (benchmarks/RESULTS.md): BK 64
+# took the prep from 1.37 to 1.08 ms at K1 against BK 32, 8 prep warps doubled it; scan num_stages 3 beat 2 on
+# every shape in the 2026-11-29 sweep.
+CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4}
 
 
 @triton.jit
-def _load_chunk(base, t0, T, stride, cols):
-    """Rows t0..t0+63 of a [T, stride] view at `cols` as a [4, 16, len(cols)] fp32 tile (sub-chunk, row, col),
-    zero past T: this zero padding is what makes partial chunks exact."""
-    rows = t0 + tl.arange(0, 4)[:, None, None] * 16 + tl.arange(0, 16)[None, :, None]
-    ptrs = base + rows.to(tl.int64) * stride + cols[None, None, :]
-    return tl.load(ptrs, mask=rows < T, other=0.0).to(tl.float32)
+def _rows_tile(base, r64, rmask, stride, cols):
+    """Rows r64 (chunk-local) of a [64, stride] view at `cols` as fp32 [64, len(cols)], zero past T (the zero
+    padding is what makes partial chunks exact). Offsets stay int32: a chunk spans under 2^31 elements."""
+    ptrs = base + (r64[:, None] * stride + cols[None, :])
+    return tl.load(ptrs, mask=rmask[:, None], other=0.0).to(tl.float32)
 
 
 @triton.jit
 def _store_chunk(base, stride, cols, x):
     rows = tl.arange(0, 64)
-    tl.store(base + rows[:, None].to(tl.int64) * stride + cols[None, :], x.to(base.dtype.element_ty))
+    tl.store(base + (rows[:, None] * stride + cols[None, :]), x.to(base.dtype.element_ty))
 
 
 @triton.jit
-def _flat(x, BK: tl.constexpr):
-    return tl.reshape(x, [64, BK])
-
-
-@triton.jit
-def _pick(x, i):
-    """Row i of a [4, N] tensor, as [N]."""
-    return tl.sum(tl.where(tl.arange(0, 4)[:, None] == i, x, 0.0), 0)
+def _row(x, rr, i):
+    """Row i of a [64, N] tile, as [N]."""
+    return tl.sum(tl.where(rr == i, x, 0.0), 0)
 
 
 @triton.jit
@@ -76,108 +71,133 @@ def _inv_blocks(Ld):
     return X
 
 
-@triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, gc, T, NT, scale, H,
-              K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr):
-    i_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    t0 = i_t * 64
+@triton.jit
+def _intra(qb, kb, gb, bt, w, qg, kg, aqk, gcb, mid_row, rmask, scale, H, K: tl.constexpr, BK: tl.constexpr):
+    """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk, qg, kg, beta Gamma K (into
+    w, until W replaces it) and gc, for one chunk."""
     LN2INV: tl.constexpr = 1.4426950408889634
-    # inputs are [B, T, H, D]: token t of (b, h) sits at row (b*T + t)*H + h
-    in_row = (i_b.to(tl.int64) * T) * H + i_h
-    qb = q + in_row * K
-    kb = k + in_row * K
-    gb = g + in_row * K
-    vb = v + in_row * V
-    # intermediates are [B*H, NT*64, D], chunk-contiguous for the scan
-    mid_row = (i_bh.to(tl.int64) * NT + i_t) * 64
-    gcb = gc + (i_bh.to(tl.int64) * NT + i_t) * K
-
+    op_ty = qb.dtype.element_ty
     r64 = tl.arange(0, 64)
-    bt = tl.load(beta + in_row + (t0 + r64) * H, mask=t0 + r64 < T, other=0.0).to(tl.float32)
-    blk = tl.arange(0, 4)[:, None]
     rr = r64[:, None]
     cc = r64[None, :]
-    band = rr // 16 - cc // 16
-
     akk = tl.zeros([64, 64], dtype=tl.float32)
     aqk_acc = tl.zeros([64, 64], dtype=tl.float32)
-    # Pass 1 over K. With Gw the cumulative log2 decay inside each 16-row sub-chunk, s its sub-chunk totals
-    # and c_i = G at the row before sub-chunk i, exp2(G_r - G_j) is factored per band of 16x16 tiles so that
-    # no factor leaves the fp32 range and every anchor is a past row of the rows it serves:
-    #   diagonal tiles (anchor c_i):       rows 2^Gw_r,                  cols 2^-Gw_j          (<= 2^115.4)
-    #   first sub-diagonal (c_i = c_j+1):  rows 2^Gw_r,                  cols 2^(s_j - Gw_j)   (<= 1)
-    #   tiles i >= j + 2 (anchor c_2):     rows 2^(Gw_r + c_i - c_2),    cols 2^(c_2 - G_j)    (<= 1)
-    # Factors <= 1 may underflow only where the exact product is below 2^-126.
-    for kk in tl.static_range(0, K, BK):
+    # G = chunk-local cumulative log2 decay, c_i = G at the row before 16-row sub-chunk i (c_0 = 0). Row block
+    # i of Akk and Aqk is one product around the anchor c_i, a past row of every row it serves:
+    #   rows 2^(G_r - c_i) <= 1,   cols 2^(c_i - G_j) (j < 16(i+1); <= 2^115.4 for g >= -5, inside fp32/bf16).
+    # A column factor may underflow only for j < 16i, where the exact product is below that column factor.
+    # Each row block is a dot of row-masked rows with the block's own columns, accumulated in place; the upper
+    # triangle is masked once at the end.
+    for kk in range(0, K, BK):
         cols = kk + tl.arange(0, BK)
-        g3 = _load_chunk(gb, t0, T, H * K, cols) * LN2INV
-        gw3 = tl.cumsum(g3, 1)
-        s = tl.sum(g3, 1)
-        cs = tl.cumsum(s, 0) - s
-        cC = tl.sum(s, 0)
-        c2 = _pick(cs, 2)
-        k3 = _load_chunk(kb, t0, T, H * K, cols)
-        q3 = _load_chunk(qb, t0, T, H * K, cols)
+        G = tl.cumsum(_rows_tile(gb, r64, rmask, H * K, cols) * LN2INV, 0)
+        c1 = _row(G, rr, 15)
+        c2 = _row(G, rr, 31)
+        c3 = _row(G, rr, 47)
+        gC = _row(G, rr, 63)
+        kt = _rows_tile(kb, r64, rmask, H * K, cols)
+        eG = tl.exp2(G)
+        _store_chunk(kg + mid_row * K, K, cols, kt * tl.exp2(gC[None, :] - G))
+        # beta Gamma K, parked in w until M is known
+        _store_chunk(w + mid_row * K, K, cols, kt * eG * bt[:, None])
+        tl.store(gcb + cols, tl.exp2(gC))
+        qt = _rows_tile(qb, r64, rmask, H * K, cols) * scale
+        _store_chunk(qg + mid_row * K, K, cols, qt * eG)
 
-        ew = tl.exp2(gw3)
-        row_k = k3 * ew
-        row_q = q3 * ew
-        col0 = k3 / ew
-        col1 = col0 * tl.exp2(s)[:, None, :]
-        f2r = tl.where(blk >= 2, tl.exp2(tl.minimum(cs - c2[None, :], 0.0)), 0.0)[:, None, :]
-        f2c = tl.where(blk <= 1, tl.exp2(tl.minimum(c2[None, :] - cs - s, 0.0)), 0.0)[:, None, :]
+        A = tl.where(rr < 16, 0.0, tl.where(rr < 32, c1[None, :], tl.where(rr < 48, c2[None, :], c3[None, :])))
+        eA = tl.exp2(G - A)
+        rk = kt * eA
+        rq = qt * eA
+        cb = kt * tl.exp2(A - G)
+        # block 0: anchor 0
+        col = tl.trans(tl.where(rr < 16, cb, 0.0).to(op_ty))
+        akk = tl.dot(tl.where(rr < 16, rk, 0.0).to(op_ty), col, akk)
+        aqk_acc = tl.dot(tl.where(rr < 16, rq, 0.0).to(op_ty), col, aqk_acc)
+        # block 1: anchor c1
+        f = tl.where(rr < 16, tl.exp2(c1)[None, :], 1.0)
+        col = tl.trans(tl.where(rr < 32, cb * f, 0.0).to(op_ty))
+        m = (rr >= 16) & (rr < 32)
+        akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
+        aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
+        # block 2: anchor c2
+        f = tl.where(rr < 16, tl.exp2(c2)[None, :], tl.where(rr < 32, tl.exp2(c2 - c1)[None, :], 1.0))
+        col = tl.trans(tl.where(rr < 48, cb * f, 0.0).to(op_ty))
+        m = (rr >= 32) & (rr < 48)
+        akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
+        aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
+        # block 3: anchor c3
+        f = tl.where(rr < 16, tl.exp2(c3)[None, :],
+                     tl.where(rr < 32, tl.exp2(c3 - c1)[None, :],
+                              tl.where(rr < 48, tl.exp2(c3 - c2)[None, :], 1.0)))
+        col = tl.trans((cb * f).to(op_ty))
+        akk = tl.dot(tl.where(rr >= 48, rk, 0.0).to(op_ty), col, akk)
+        aqk_acc = tl.dot(tl.where(rr >= 48, rq, 0.0).to(op_ty), col, aqk_acc)
 
-        _store_chunk(qg + mid_row * K, K, cols, _flat(row_q * tl.exp2(cs)[:, None, :] * scale, BK))
-        _store_chunk(kg + mid_row * K, K, cols, _flat(k3 * tl.exp2(cC[None, None, :] - gw3 - cs[:, None, :]), BK))
-        tl.store(gcb + cols, tl.exp2(cC))
+    _store_chunk(aqk + mid_row * 64, 64, r64, tl.where(rr >= cc, aqk_acc, 0.0))
+    return tl.where(rr > cc, akk * bt[:, None], 0.0)
 
-        rk = _flat(row_k, BK)
-        rq = _flat(row_q, BK)
-        c0t = tl.trans(_flat(col0, BK))
-        c1t = tl.trans(_flat(col1, BK))
-        c2t = tl.trans(_flat(col1 * f2c, BK))
-        rk2 = _flat(row_k * f2r, BK)
-        rq2 = _flat(row_q * f2r, BK)
-        akk += tl.where((band == 0) & (rr > cc), tl.dot(rk, c0t), 0.0)
-        akk += tl.where(band == 1, tl.dot(rk, c1t), 0.0)
-        akk += tl.where(band >= 2, tl.dot(rk2, c2t), 0.0)
-        aqk_acc += tl.where((band == 0) & (rr >= cc), tl.dot(rq, c0t), 0.0)
-        aqk_acc += tl.where(band == 1, tl.dot(rq, c1t), 0.0)
-        aqk_acc += tl.where(band >= 2, tl.dot(rq2, c2t), 0.0)
 
-    _store_chunk(aqk + mid_row * 64, 64, r64, aqk_acc * scale)
-
-    # M = (I + L)^-1 with L = diag(beta) Akk: invert the four diagonal 16x16 blocks D, then, with
-    # Z = D^-1 N for the strictly block-lower rest N (Z^4 = 0), M = D^-1 - Z (D^-1 - Z (D^-1 - Z D^-1)).
-    L = akk * bt[:, None]
-    L4 = tl.reshape(L, [4, 16, 4, 16])
+@triton.jit
+def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+        BVP: tl.constexpr):
+    """M = (I + L)^-1, then W = M (beta Gamma K) over the stash in w, and U = M (beta V)."""
+    op_ty = vb.dtype.element_ty
+    r64 = tl.arange(0, 64)
+    rr = r64[:, None]
+    cc = r64[None, :]
+    # Forward substitution on the four 16x16 diagonal blocks in fp32 (D^-1), then with Z = D^-1 N for the
+    # block-lower rest N (Z^4 = 0): M = D^-1 - Z (D^-1 - Z (D^-1 - Z D^-1)), tf32 products. Row r of M
+    # involves rows <= r of L only.
+    band = rr // 16 - cc // 16
     b4 = tl.arange(0, 4)
     same = b4[:, None, None, None] == b4[None, None, :, None]
-    dinv3 = _inv_blocks(tl.sum(tl.where(same, L4, 0.0), 2))
+    dinv3 = _inv_blocks(tl.sum(tl.where(same, tl.reshape(L, [4, 16, 4, 16]), 0.0), 2))
     dinv = tl.reshape(tl.where(same, dinv3[:, :, None, :], 0.0), [64, 64])
     z = tl.dot(dinv, tl.where(band >= 1, L, 0.0))
     p = tl.dot(z, dinv)
     p = tl.dot(z, dinv - p)
     p = tl.dot(z, dinv - p)
-    m = dinv - p
-
-    # pass 2 over K: W = M (beta Gamma K)
+    x = dinv - p
+    m_o = x.to(op_ty)
     for kk in tl.static_range(0, K, BK):
         cols = kk + tl.arange(0, BK)
-        g3 = _load_chunk(gb, t0, T, H * K, cols) * LN2INV
-        s = tl.sum(g3, 1)
-        G = tl.cumsum(g3, 1) + (tl.cumsum(s, 0) - s)[:, None, :]
-        x = _flat(_load_chunk(kb, t0, T, H * K, cols) * tl.exp2(G), BK) * bt[:, None]
-        _store_chunk(w + mid_row * K, K, cols, tl.dot(m, x))
-
-    # pass 3 over V: U = M (beta V)
+        xw = tl.load(w + mid_row * K + (rr * K + cols[None, :]))
+        _store_chunk(w + mid_row * K, K, cols, tl.dot(m_o, xw))
+    # beta is loaded here rather than kept live across the inversion (registers)
+    bt = tl.load(betab + r64 * H, mask=rmask, other=0.0).to(tl.float32)
     for vv in tl.static_range(0, V, BVP):
         cols = vv + tl.arange(0, BVP)
-        y = _flat(_load_chunk(vb, t0, T, H * V, cols), BVP) * bt[:, None]
-        _store_chunk(u + mid_row * V, V, cols, tl.dot(m, y))
+        y = _rows_tile(vb, r64, rmask, H * V, cols) * bt[:, None]
+        _store_chunk(u + mid_row * V, V, cols, tl.dot(m_o, y.to(op_ty)))
+
+
+@triton.jit
+def _chunk_setup(T, NT, H):
+    """Program -> (row of token t0 in [B, T, H, *] inputs, row of the chunk in [B*H, NT*64, *] intermediates,
+    row mask)."""
+    i_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    t0 = i_t * 64
+    # inputs are [B, T, H, D]: token t of (b, h) sits at row (b*T + t)*H + h
+    in_row = ((i_bh // H).to(tl.int64) * T + t0) * H + i_bh % H
+    # intermediates are [B*H, NT*64, D], chunk-contiguous for the scan
+    mid_row = (i_bh.to(tl.int64) * NT + i_t) * 64
+    r64 = tl.arange(0, 64)
+    rmask = t0 + r64 < T
+    return in_row, mid_row, rmask
+
+
+@triton.jit(do_not_specialize=["T", "NT", "H"])
+def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, gc, T, NT, scale, H, K: tl.constexpr, V: tl.constexpr,
+              BK: tl.constexpr, BVP: tl.constexpr):
+    """Everything chunk-parallel, for one (chunk, head); L never leaves registers."""
+    in_row, mid_row, rmask = _chunk_setup(T, NT, H)
+    bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
+    L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, gc + mid_row // 64 * K,
+               mid_row, rmask, scale, H, K, BK)
+    # the stash of beta Gamma K in w was written by other threads of this program
+    tl.debug_barrier()
+    _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BK, BVP)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
@@ -224,18 +244,16 @@ def _pick_bv(B, H, V):
     return min(bv, V)
 
 
-def kda_chunked(q, k, v, g, beta, scale, initial_state, *, BV=None, scan_warps=None, scan_stages=None,
-                BK=None, BVP=None, prep_warps=None, prep_stages=None):
-    """Chunked KDA forward with explicit launch parameters (None takes CONFIG's value)."""
+def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
+    """Chunked KDA forward with explicit launch parameters: keyword overrides of CONFIG (None keeps its value)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     if K < 16 or V < 16 or K & (K - 1) or V & (V - 1):
         raise ValueError(f"kda_chunked needs K and V powers of two >= 16, got K={K}, V={V}")
-    cfg = dict(CONFIG)
-    for name, val in (("BV", BV), ("scan_warps", scan_warps), ("scan_stages", scan_stages), ("BK", BK),
-                      ("BVP", BVP), ("prep_warps", prep_warps), ("prep_stages", prep_stages)):
-        if val is not None:
-            cfg[name] = val
+    unknown = set(overrides) - set(CONFIG)
+    if unknown:
+        raise TypeError(f"kda_chunked got unknown launch parameters {sorted(unknown)}")
+    cfg = dict(CONFIG, **{name: val for name, val in overrides.items() if val is not None})
     bv = min(cfg["BV"] or _pick_bv(B, H, V), V)
     bk = min(cfg["BK"], K)
     bvp = min(cfg["BVP"], V)
@@ -253,7 +271,7 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, *, BV=None, scan_warps=N
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
     LAUNCHED["prep"] = _kda_prep[(NT, B * H)](
         q, k, v, g, beta, w, u, qg, kg, aqk, gc, T, NT, float(scale), H, K=K, V=V, BK=bk, BVP=bvp,
-        num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
+        num_warps=cfg["prep_warps"], num_stages=1)
     h0 = initial_state.contiguous() if initial_state is not None else ht
     LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
         w, u, qg, kg, aqk, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,
