@@ -177,3 +177,38 @@ def test_evaluator_exception_is_journaled_and_reraised(tmp_path):
 
 def test_parse_pins_only_takes_declared_names():
     assert parse_pins("try num_warps=8, BLOCK=4 and foo=1", {"num_warps", "BLOCK"}) == {"num_warps": 8, "BLOCK": 4}
+
+
+def test_profile_command_on_cpu_is_a_journaled_tool_error_and_a_notice(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=1))
+    commands = queue.Queue()
+    sink = RecordingSink()
+    runtime.run(threading.Event(), commands, sink)
+    commands.put(Command("profile"))
+    runtime.run(threading.Event(), commands, sink)  # budget already reached: only the command runs
+    results = [e for e in sink.events if e.type == "tool.result" and e.data["tool"] == "profile"]
+    assert len(results) == 1 and not results[0].data["ok"]
+    assert "needs a CUDA device" in results[0].data["error"]
+    assert any("needs a CUDA device" in n for n in sink.notices)
+    files.close()
+
+
+def test_cuda_evaluation_profiles_are_journaled_with_deltas_against_the_best(tmp_path):
+    base = fake_evaluator()
+
+    def with_profile(task, path, device):
+        result = base(task, path, device)
+        occupancy = read_declared(path.read_text()).config["num_warps"] * 10.0
+        result["profile"] = {"shapes": [{"name": "S1", "ms": result["shapes"][0]["ms"],
+                                         "roofline": {"class": "memory-bound", "achieved_tbps": occupancy / 10}}],
+                             "findings": []}
+        return result
+
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=2), with_profile)
+    runtime.run(threading.Event())
+    profiles = [e for e in read_events(files.dir / "events.jsonl") if e.type == "profile.finished"]
+    assert [p.data["attempt"] for p in profiles] == [1, 2]
+    assert "deltas" not in profiles[0].data
+    assert profiles[1].data["against"] == 1 and isinstance(profiles[1].data["deltas"], list)
+    assert runtime.state.profile["attempt"] == 2
+    files.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-CommandKind = Literal["nudge", "pause", "resume", "revoke"]
+CommandKind = Literal["nudge", "pause", "resume", "revoke", "profile"]
 
 REVOKE_PREFIX = "/revoke "
 """A nudge whose text starts with this revokes the persistent nudge named after it (the inbox carries only text)."""

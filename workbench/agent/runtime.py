@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import queue
 import threading
@@ -154,6 +155,10 @@ class AgentRuntime:
                 self.emit("run.resumed", {})
             elif command.kind == "revoke":
                 self._revoke(command.text)
+            elif command.kind == "profile":
+                outcome = self.call_tool(ToolCall("profile", {}))
+                if not outcome["ok"]:
+                    self._sink.notify(outcome["error"], "warning")
         self._take_answers()
         # The inbox file is deleted only after its nudge is journaled: a crash may deliver it twice, never lose it.
         taken = self.files.take_inbox(
@@ -291,10 +296,32 @@ class AgentRuntime:
     def evaluate_attempt(self, n: int) -> dict[str, Any]:
         """Evaluate attempt n in a fresh process; journal the result as eval.finished."""
         path = self._ensure_attempt_files(n)
+        best_before = self.state.best
         result = json_safe(self._evaluator(self.task, path, device=self.device))
         self.files.write_attempt_result(n, result)
         self.emit("eval.finished", {"attempt": n, "result": result})
+        if isinstance(result.get("profile"), dict):
+            self._emit_profile(n, result["profile"], best_before)
         return result
+
+    def _emit_profile(self, n: int, profile: dict[str, Any], best: int | None) -> None:
+        """Journal an evaluation's kernel table and roofline, with deltas against the best attempt's profile."""
+        data: dict[str, Any] = {"attempt": n, "source": "evaluation", **profile}
+        if best is not None and best != n:
+            try:
+                previous = json.loads((self.files.attempt_dir(best) / "result.json").read_text()).get("profile")
+            except (OSError, ValueError):
+                previous = None
+            if isinstance(previous, dict):
+                from workbench.profiler import diff
+
+                data["against"] = best
+                data["deltas"] = diff(previous, profile)
+        self.emit("profile.finished", data)
+
+    def attempt_path(self, n: int) -> Path:
+        """The kernel file of attempt n (recreated from the journal if missing)."""
+        return self._ensure_attempt_files(n)
 
     def backend_seed_source(self) -> str:
         """The kernel the session started from."""

@@ -163,6 +163,28 @@ def _list_attempts(rt: "AgentRuntime", args: dict[str, Any]) -> ToolOutcome:
     return ToolOutcome(f"latest {min(last, count)} of {count} attempts", {"last": last, "upto": upto})
 
 
+def _profile(rt: "AgentRuntime", args: dict[str, Any]) -> ToolOutcome:
+    n = args.get("attempt") or rt.state.best or (rt.state.current.n if rt.state.current else None)
+    if n is None or n not in rt.state.attempts:
+        raise ToolError("profile: no attempt to profile yet" if n is None else f"profile: no attempt {n}")
+    if rt.device != "cuda":
+        raise ToolError(f"profile: Nsight Compute needs a CUDA device; this session evaluates on {rt.device} "
+                        "(the Triton interpreter has no hardware counters)")
+    shapes = [s.name for s in rt.task.shapes.get("cuda", [])]
+    shape = args.get("shape") or shapes[0]
+    if shape not in shapes:
+        raise ToolError(f"profile: unknown shape {shape!r} (shapes: {', '.join(shapes)})")
+    from workbench.profiler import ncu
+
+    try:
+        run = ncu.run(rt.task.name, rt.attempt_path(n), shape)
+    except ncu.NcuError as exc:
+        raise ToolError(f"profile: {exc}") from exc
+    data = {"attempt": n, "source": "ncu", "ncu": {k: v for k, v in run.items() if k != "csv"}}
+    rt.emit("profile.finished", data)
+    return ToolOutcome(f"attempt {n}: Nsight Compute on {shape}, {run.get('launches', 0)} launches", data)
+
+
 def _show_best(rt: "AgentRuntime", args: dict[str, Any]) -> ToolOutcome:
     best = rt.state.best_attempt
     if best is None:
@@ -388,6 +410,16 @@ TOOLS: dict[str, Tool] = {
                 },
             },
             _evaluate,
+        ),
+        Tool(
+            "profile",
+            "Nsight Compute on one shape of an attempt (default: the best): DRAM/SM throughput, occupancy, "
+            "registers, shared memory, L2 hit rate, stall reasons. CUDA sessions only; every evaluation on CUDA "
+            "already carries a kernel table and roofline class.",
+            {"type": "object", "properties": {
+                "attempt": _prop("integer", "Attempt number (default: the best).", minimum=1),
+                "shape": _prop("string", "A shape name (default: the first benchmark shape).")}},
+            _profile,
         ),
         Tool(
             "list_attempts",
