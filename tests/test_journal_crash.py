@@ -96,7 +96,8 @@ def test_sigkill_at_random_moments_loses_nothing_acknowledged(tmp_path: Path) ->
     finally:
         spawner.kill()
         spawner.wait()
-    _check_all(path, acknowledged)
+    if acknowledged:  # empty when the last trial rotated the file away after checking it
+        _check_all(path, acknowledged)
     # Where a kill lands is up to the kernel, so this count is shown (with -s), not asserted.
     print(f"\n{TRIALS} kills in {time.monotonic() - started:.1f}s; torn tails cut: {torn_cuts}")
 
