@@ -1,0 +1,243 @@
+"""The live screen's newer panes with Pilot: kernel diff views, log filters, the event list, profile and metrics."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from textual.widgets import DataTable, Sparkline, TextArea
+
+from tests.snapshot_apps.fake_runtime import load_events
+from tests.snapshot_apps.live_app import make_live_app, settle, utc_clock, wait_for
+from workbench.journal import Event
+from workbench.ui.formatting import EVENT_FILTERS, next_filter, passes
+from workbench.ui.messages import JournalEvent
+from workbench.ui.screens.events import EventDetailScreen, EventListScreen, detail_text
+from workbench.ui.screens.live import LiveScreen
+from workbench.ui.widgets.diff_view import DiffView
+from workbench.ui.widgets.event_log import EventLog
+from workbench.ui.widgets.kernel_view import KernelView
+from workbench.ui.widgets.metrics_bar import MetricsBar
+from workbench.ui.widgets.profiler_table import ProfilerTable, kernel_rows, ncu_metrics
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(autouse=True)
+def _utc() -> Iterator[None]:
+    with utc_clock():
+        yield
+
+
+def live(app: Any) -> LiveScreen:
+    screen = app.screen
+    assert isinstance(screen, LiveScreen), f"expected the live screen, got {screen!r}"
+    return screen
+
+
+async def post(app: Any, kind: str, data: dict[str, Any]) -> None:
+    """Post one more journaled event, as the bridge would, and flush it onto the screen."""
+    seq = app.state.last_seq + 1
+    app.post_message(JournalEvent(Event(seq, load_events()[-1].ts, kind, data, "")))
+    await wait_for(lambda: app.state.last_seq == seq)
+    live(app).flush()
+
+
+def profile(n: int, scale: float) -> dict[str, Any]:
+    return {"attempt": n, "summary": "memory-bound",
+            "kernels": [{"name": "_softmax_kernel", "calls": 3, "total_ms": 0.074 * scale, "mean_ms": 0.0247 * scale,
+                         "share": 0.94},
+                        {"name": "fill_", "calls": 3, "total_ms": 0.0048, "mean_ms": 0.0016, "share": 0.06}],
+            "ncu": {"dram__throughput.avg.pct_of_peak_sustained_elapsed": 61.0 * scale}}
+
+
+async def test_d_cycles_source_diff_vs_parent_diff_vs_best() -> None:
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        kernel = live(app).query_one(KernelView)
+        assert kernel.view == "source" and not kernel.has_class("-diff")
+        assert kernel.query_one(TextArea).display and not kernel.query_one(DiffView).display
+        await pilot.press("d")
+        diff = kernel.query_one(DiffView)
+        assert kernel.view == "parent" and kernel.has_class("-diff") and diff.display
+        assert not kernel.query_one(TextArea).display
+        assert diff.text.startswith("--- attempt 4 (parent)\n+++ attempt 5\n")
+        assert "-    _softmax_kernel[(rows,)](x, y, cols, x.stride(0), BLOCK_SIZE=1024, num_warps=8)" in diff.text
+        assert "+    _softmax_kernel[(rows,)](x, y, cols, x.stride(0), BLOCK_SIZE=2048, num_warps=16)" in diff.text
+        assert "diff from parent #4 · +1 −1 lines" in str(kernel.border_subtitle)
+        assert "diff vs parent" in str(kernel.border_title)
+        await pilot.press("d")
+        assert kernel.view == "best" and diff.text.startswith("--- attempt 4 (best)\n")
+        await pilot.press("d")
+        assert kernel.view == "source" and kernel.query_one(TextArea).display
+        # Attempt 4 is the best: on it, the best view has nothing to compare and says so.
+        kernel.show(app.state.attempts[4], best=4, attempts=app.state.attempts)
+        kernel.view = "best"
+        assert diff.text == "" and "attempt 4 is the best" in diff.note
+
+
+async def test_the_diff_follows_new_attempts_and_is_not_recomputed_per_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workbench.ui.widgets.kernel_view as kernel_view
+
+    calls: list[str] = []
+    original = kernel_view.unified
+
+    def counting(*args: Any, **kwargs: Any) -> str:
+        calls.append(args[3])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel_view, "unified", counting)
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        await pilot.press("d")
+        for _ in range(5):
+            live(app).flush()
+            live(app).refresh_panes()
+        assert calls == ["attempt 5"]
+        source = app.state.attempts[5].source.replace("num_warps=16", "num_warps=32")
+        await post(app, "attempt.written", {"attempt": 6, "parent": 5, "sha256": "06" + "ef" * 31, "author": "agent",
+                                            "note": "more warps", "params": {}, "source": source})
+        diff = live(app).query_one(DiffView)
+        assert calls == ["attempt 5", "attempt 6"]
+        assert diff.text.startswith("--- attempt 5 (parent)\n+++ attempt 6\n") and "num_warps=32" in diff.text
+
+
+async def test_f_cycles_the_log_filter_and_rewrites_from_the_recent_events() -> None:
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        log = live(app).query_one(EventLog)
+        assert log.line_count == 32 and log.filter == "all"
+        await pilot.press("f")
+        assert log.filter == "attempts"
+        kinds = [line.split()[2] for line in log.lines]
+        assert kinds and set(kinds) <= {"attempt.written", "eval.finished", "ledger.updated", "profile.finished"}
+        assert log.line_count == 5 + 5 + 3 and "attempts + evals" in str(log.border_title)
+        await post(app, "tool.call", {"call_id": "c000008", "tool": "read_kernel", "args": {}})
+        await post(app, "eval.finished", {"attempt": 5, "result": {"verdict": "timeout", "message": "too slow"}})
+        assert log.line_count == 14 and "attempt 5: timeout" in log.lines[-1]
+        assert log.events_written == 34 and "34 events" in str(log.border_subtitle)
+        await pilot.press("f")
+        assert log.filter == "tools" and all(" tool." in line for line in log.lines) and log.line_count == 14
+        await pilot.press("f", "f")
+        assert log.filter == "all" and log.line_count == 34
+
+
+def test_filter_presets_cover_every_event_type_and_cycle() -> None:
+    from workbench.journal.events import EVENT_TYPES
+
+    keys = [k for k, _label, _types in EVENT_FILTERS]
+    assert [next_filter(k) for k in keys] == keys[1:] + keys[:1] and next_filter("bogus") == "all"
+    assert all(passes("all", {"type": t}) for t in EVENT_TYPES)
+    for kind in ("error", "nudge.received", "nudge.acked"):
+        assert passes("nudges", {"type": kind}) and not passes("tools", {"type": kind})
+    unknown = {t for _k, _l, types in EVENT_FILTERS if types for t in types} - EVENT_TYPES
+    assert not unknown, f"filter names types the journal does not have: {unknown}"
+
+
+async def test_l_lists_recent_events_and_enter_shows_one_whole() -> None:
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        await pilot.press("f", "l")
+        listing = app.screen
+        assert isinstance(listing, EventListScreen)
+        table = listing.query_one(DataTable)
+        assert listing.filter == "attempts" and table.row_count == 13 and table.cursor_row == 0
+        assert [e["seq"] for e in listing.shown[:3]] == [31, 29, 28], "newest first"
+        await pilot.press("down", "down")
+        record = listing.selected()
+        assert record is not None and record["seq"] == 28 and record["type"] == "attempt.written"
+        await pilot.press("enter")
+        detail = app.screen
+        assert isinstance(detail, EventDetailScreen)
+        text = str(detail.query_one("#event-json").render())
+        assert '"type": "attempt.written"' in text and "characters, shown below" in text
+        assert "def _softmax_kernel" in str(detail.query_one("#event-code-source").render())
+        await pilot.press("escape")
+        assert app.screen is listing
+        await pilot.press("f")
+        assert listing.filter == "tools" and table.row_count == 13
+        await pilot.press("escape")
+        assert isinstance(app.screen, LiveScreen)
+
+
+def test_detail_text_pulls_multiline_sources_out_of_the_json() -> None:
+    event = {"seq": 7, "ts": "t", "type": "attempt.written", "data": {"attempt": 1, "source": "a\nb\n", "note": "x"}}
+    text, code = detail_text(event)
+    assert code == {"source": "a\nb\n"} and '"source": "<4 characters, shown below>"' in text
+    assert '"note": "x"' in text and event["data"]["source"] == "a\nb\n", "the event itself is left alone"
+
+
+async def test_profile_pane_appears_with_the_first_profile_and_changes_rows_by_key() -> None:
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        pane = live(app).query_one(ProfilerTable)
+        assert pane.has_class("-empty") and not pane.display
+        await post(app, "profile.finished", profile(4, 1.0))
+        table = pane.query_one(DataTable)
+        assert not pane.has_class("-empty") and pane.display
+        assert [k.value for k in table.rows] == ["_softmax_kernel", "fill_"]
+        assert table.get_cell("_softmax_kernel", "delta").plain == "–", "the best's own profile has no delta"
+        first = list(table.rows)[0]
+        await post(app, "profile.finished", profile(5, 0.8))
+        assert list(table.rows)[0] is first, "rows are updated in place, not re-added"
+        assert table.get_cell("_softmax_kernel", "delta").plain == "-20%"
+        assert table.get_cell("_softmax_kernel", "mean_ms").plain == "0.0198"
+        ncu = str(pane.query_one("#ncu").render())
+        assert "dram__throughput 48.8 (-12.2)" in ncu
+        assert "Δ vs best #4" in str(pane.border_title)
+
+
+def test_profile_data_in_the_profilers_own_layout_is_merged_per_kernel() -> None:
+    nested = {"shapes": [{"name": "S1", "kernels": [{"name": "k", "calls": 2, "total_ms": 0.3},
+                                                    {"name": "fill_", "calls": 2, "total_ms": 0.1}]},
+                         {"name": "S2", "kernels": [{"name": "k", "calls": 2, "total_ms": 0.5}]}],
+              "ncu": {"rows": [{"kernel": "k", "metrics": {"occupancy_pct": 38.0, "registers": 40}}]}}
+    rows = kernel_rows(nested)
+    assert [(r["name"], r["calls"], r["total_ms"]) for r in rows] == [("k", 4, 0.8), ("fill_", 2, 0.1)]
+    assert rows[0]["mean_ms"] == pytest.approx(0.2) and rows[0]["share"] == pytest.approx(0.8 / 0.9)
+    assert ncu_metrics(nested) == {"occupancy_pct": 38.0, "registers": 40}
+    assert ncu_metrics({"ncu": {"a": {"value": 3, "unit": "%"}, "b": True}}) == {"a": 3}
+    assert kernel_rows({}) == [] and ncu_metrics({"ncu": "junk"}) == {}
+
+
+async def test_metrics_bar_shows_the_speedup_sparkline_tokens_cost_and_the_session() -> None:
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        bar = live(app).query_one(MetricsBar)
+        spark = bar.query_one(Sparkline)
+        assert list(spark.data or []) == [0.697, 0.895, 0.0, 1.505, 1.496]
+        assert "no model tokens" in str(bar.query_one("#spend").render())
+        assert str(bar.query_one("#session").render()) == "H200 · 20261129-221300-softmax-7f3a"
+        await post(app, "llm.response", {"ok": True, "input_tokens": 12_345, "output_tokens": 678, "cost_usd": 0.0471})
+        spend = str(bar.query_one("#spend").render())
+        assert "tokens 12.3k in · 678 out · $0.05" in spend
+
+
+async def test_an_evaluation_profile_and_a_later_ncu_run_show_together() -> None:
+    """The runtime's own payloads: kernel tables per shape with the profiler's deltas, then Nsight Compute rows."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        await post(app, "profile.finished", {
+            "attempt": 5, "source": "evaluation", "against": 4, "deltas": ["S1: time 0.0412 ms -> 0.0385 ms"],
+            "shapes": [{"name": "S1", "ms": 0.0385, "kernels": [{"name": "_softmax_kernel", "kind": "kernel",
+                                                                 "calls": 3, "total_ms": 0.11}]},
+                       {"name": "S2", "ms": 0.0244, "kernels": [{"name": "_softmax_kernel", "kind": "kernel",
+                                                                 "calls": 3, "total_ms": 0.07}]}]})
+        await post(app, "profile.finished", {
+            "attempt": 5, "source": "ncu",
+            "ncu": {"shape": "S1", "rows": [{"kernel": "_softmax_kernel", "launches": 3,
+                                             "metrics": {"occupancy_pct": 38.0, "dram_pct": 71.5}}]}})
+        pane = live(app).query_one(ProfilerTable)
+        table = pane.query_one(DataTable)
+        assert pane.display and [k.value for k in table.rows] == ["_softmax_kernel"]
+        assert table.get_cell("_softmax_kernel", "calls").plain == "6"
+        footer = str(pane.query_one("#ncu").render())
+        assert "vs #4 S1: time 0.0412 ms -> 0.0385 ms" in footer and "occupancy_pct 38" in footer
+        assert app.profiles[5]["source"] == "ncu" and "shapes" in app.profiles[5]

@@ -1,0 +1,139 @@
+"""LiveScreen: the running session at a glance; redrawn by a 0.15 s flush, never once per event."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from workbench.ui.formatting import next_filter, now_from
+from workbench.ui.screens.events import EventListScreen
+from workbench.ui.screens.nudge import NudgeRequest, NudgeScreen
+from workbench.ui.widgets.eval_table import EvalTable
+from workbench.ui.widgets.event_log import EventLog
+from workbench.ui.widgets.kernel_view import KernelView
+from workbench.ui.widgets.memory_panel import MemoryPanel
+from workbench.ui.widgets.metrics_bar import MetricsBar
+from workbench.ui.widgets.profiler_table import ProfilerTable
+from workbench.ui.widgets.status_bar import StatusBar
+
+if TYPE_CHECKING:
+    from workbench.ui.app import WorkbenchApp
+
+FLUSH_INTERVAL = 0.15
+"""Seconds between UI flushes: fast enough to feel live, slow enough that a burst of events is one redraw."""
+
+
+class LiveScreen(Screen[None]):
+    """Kernel, latest evaluation and profile, goal and memory, event log, status and metrics lines for one session."""
+
+    CSS_PATH = "live.tcss"
+
+    BINDINGS = [
+        Binding("n", "nudge", "Nudge", id="nudge",
+                tooltip="Send the agent a hint; it reads it at the next step boundary"),
+        Binding("p", "toggle_pause", "Pause/Resume", id="pause",
+                tooltip="Pause the agent at the next step boundary, or resume it"),
+        Binding("r", "profile", "Profile", id="profile",
+                tooltip="Ask the agent to profile the current attempt at the next step boundary"),
+        Binding("d", "cycle_kernel_view", "Diff", id="kernel.diff",
+                tooltip="Kernel pane: source, diff against the parent, diff against the best"),
+        Binding("f", "cycle_filter", "Filter", id="events.filter",
+                tooltip="Event log: all, attempts and evaluations, tools, nudges and errors"),
+        Binding("l", "list_events", "Events", id="events.list",
+                tooltip="List the recent events and open any of them whole"),
+    ]
+
+    @property
+    def workbench(self) -> "WorkbenchApp":
+        """The app, typed: this screen reads its state and sends commands through it."""
+        return cast("WorkbenchApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        settings = self.workbench.settings
+        yield StatusBar(id="status")
+        yield MetricsBar(id="metrics")
+        with Horizontal(id="main"):
+            yield KernelView(cursor_blink=settings.cursor_blink, id="kernel")
+            with Vertical(id="side"):
+                yield EvalTable(id="eval")
+                yield ProfilerTable(id="profiler")
+                yield MemoryPanel(id="memory")
+        yield EventLog(max_lines=settings.log_max_lines, id="events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_panes()
+        self.refresh_status()
+        self.set_interval(FLUSH_INTERVAL, self.flush)
+
+    def flush(self) -> None:
+        """Write every event that arrived since the last tick in one batch, then redraw what changed."""
+        events = self.workbench.take_pending()
+        if events:
+            with self.app.batch_update():
+                self.query_one(EventLog).write_events(events)
+                self.refresh_panes()
+        self.refresh_status()
+
+    def refresh_panes(self) -> None:
+        """Bring kernel, evaluation, profile and memory panes up to the app's state; each skips work if unchanged."""
+        app = self.workbench
+        state = app.state
+        self.query_one(KernelView).show(state.current, best=state.best, attempts=state.attempts)
+        self.query_one(EvalTable).show(state)
+        self.query_one(ProfilerTable).show(app.current_profile(), app.best_profile())
+        self.query_one(MemoryPanel).show(state)
+
+    def refresh_status(self) -> None:
+        """Redraw the status and metrics lines (once per tick: the clock moves even when no event arrives)."""
+        app = self.workbench
+        self.query_one(StatusBar).show(
+            app.state, run_state=app.run_state, mode=app.mode, now=now_from(app.settings.frozen_clock)
+        )
+        self.query_one(MetricsBar).show(app.state)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Grey out commands this TUI cannot deliver (attach mode without inbox, a run that has ended)."""
+        app = self.workbench
+        if action == "nudge":
+            return True if app.can_nudge else None
+        if action in ("toggle_pause", "profile"):
+            return True if app.can_command else None
+        return True
+
+    def action_nudge(self) -> None:
+        app = self.workbench
+        note = "This TUI is attached: the nudge goes to the session inbox." if app.mode == "attached" else ""
+        self.app.push_screen(NudgeScreen(read_only_note=note, cursor_blink=app.settings.cursor_blink),
+                             self._nudge_written)
+
+    def _nudge_written(self, request: NudgeRequest | None) -> None:
+        if request is not None:
+            self.workbench.send_nudge(request.text, request.persistent)
+
+    def action_toggle_pause(self) -> None:
+        self.workbench.toggle_pause()
+        self.refresh_status()
+
+    def action_profile(self) -> None:
+        self.workbench.request_profile()
+
+    def action_cycle_kernel_view(self) -> None:
+        self.query_one(KernelView).cycle_view()
+
+    def action_cycle_filter(self) -> None:
+        # Events still waiting for the tick go out first, so the rewrite includes everything received.
+        self.flush()
+        log = self.query_one(EventLog)
+        log.set_filter(next_filter(log.filter))
+
+    def action_list_events(self) -> None:
+        self.flush()
+        log = self.query_one(EventLog)
+        self.app.push_screen(EventListScreen(list(self.workbench.recent), title="recent events",
+                                             filter_key=log.filter))
