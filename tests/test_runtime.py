@@ -212,3 +212,44 @@ def test_cuda_evaluation_profiles_are_journaled_with_deltas_against_the_best(tmp
     assert profiles[1].data["against"] == 1 and isinstance(profiles[1].data["deltas"], list)
     assert runtime.state.profile["attempt"] == 2
     files.close()
+
+
+def test_a_hand_edit_of_the_working_copy_becomes_a_human_attempt_and_is_evaluated(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=1))
+    runtime.run(threading.Event())
+    working = files.dir / "kernel.py"
+    assert working.read_text() == runtime.state.attempts[1].source
+    edited = runtime.state.attempts[1].source.replace('"num_warps": 1}', '"num_warps": 4}') + "# by hand\n"
+    working.write_text(edited)
+    runtime.budget = Budget(max_iterations=2)
+    sink = RecordingSink()
+    runtime.run(threading.Event(), queue.Queue(), sink)
+    human = runtime.state.attempts[2]
+    assert human.author == "human" and human.source == edited and human.parent == 1
+    assert human.verdict == "ok" and runtime.state.best == 2
+    assert any("attempt 2" in n for n in sink.notices)
+    # the file now equals the current attempt: not an edit again
+    runtime.budget = Budget(max_iterations=3)
+    runtime.run(threading.Event())
+    assert runtime.state.attempts[3].author == "agent"
+    files.close()
+
+
+def test_tuner_finishes_cleanly_when_the_best_kernel_declares_no_tunables(tmp_path):
+    base = fake_evaluator()
+
+    def evaluate(task, path, device):
+        if "CONFIG" not in path.read_text():  # the hand-written kernel without tunables is the fastest
+            return {"verdict": "ok", "message": "", "speedup": 9.0, "timing_comparable": True, "shapes": []}
+        return base(task, path, device)
+
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=1), evaluate)
+    runtime.run(threading.Event())
+    (files.dir / "kernel.py").write_text("def forward(x):\n    return x  # by hand, no tunables\n")
+    runtime.budget = Budget()
+    reason = runtime.run(threading.Event())
+    assert runtime.state.attempts[2].author == "human" and runtime.state.attempts[2].params == {}
+    assert runtime.state.best == 2
+    assert reason.startswith("the best attempt (2) declares no usable TUNABLES/CONFIG")
+    assert runtime.state.status == "finished"
+    files.close()

@@ -18,6 +18,7 @@ from workbench.agent.commands import REVOKE_PREFIX, Command
 from workbench.agent.memory import DEFAULT_CONTEXT_TOKENS, SessionMemory, estimate_tokens, plan_compaction
 from workbench.agent.prompts import goal_text
 from workbench.agent.sink import NullSink, RunSink
+from workbench.agent.tunables import TunablesError, read_declared
 from workbench.agent.tools import TOOLS, ToolError, check_args, sha256_text
 from workbench.journal import Event
 from workbench.session.replay import checkpoint_record
@@ -83,6 +84,8 @@ class AgentRuntime:
         self._sink: RunSink = NullSink()
         self._paused = False
         self._last_checkpoint_seq = state.last_seq
+        self._working_sha = state.current.sha256 if state.current else ""
+        """sha256 of what the runtime last wrote to the session's kernel.py (the person's working copy)."""
         self._stop = threading.Event()
         self._asks: dict[str, tuple[str, Future[str]]] = {}
         self._call_id = ""
@@ -124,6 +127,7 @@ class AgentRuntime:
                 self._take_commands(commands)
             if stop.is_set():
                 return "stopped by the person", False
+            self._take_human_edit()
             exceeded = self.budget.exceeded(self.state, datetime.now(timezone.utc))
             if exceeded:
                 return f"budget: {exceeded}", False
@@ -281,7 +285,48 @@ class AgentRuntime:
              "params": params, "source": source},
         )
         self._ensure_attempt_files(n)
+        self._write_working_copy(source)
         return n
+
+    @property
+    def working_copy(self) -> Path:
+        """sessions/<id>/kernel.py: the current kernel, for the person to edit in their own editor."""
+        return self.files.dir / "kernel.py"
+
+    def _write_working_copy(self, source: str) -> None:
+        tmp = self.working_copy.with_suffix(".py.tmp")
+        tmp.write_text(source, encoding="utf-8")
+        tmp.replace(self.working_copy)  # atomic: an editor never reads half a kernel
+        self._working_sha = sha256_text(source)
+
+    def _take_human_edit(self) -> None:
+        """A person's edit of the working copy becomes a human attempt, evaluated like any other.
+
+        Checked at step boundaries only, so an edit never lands in the middle of a tool call; an unchanged file
+        (or one equal to the current attempt) is not an edit.
+        """
+        current = self.state.current
+        try:
+            text = self.working_copy.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            if current is not None:
+                self._write_working_copy(current.source)
+            return
+        except (OSError, UnicodeDecodeError) as exc:
+            self.emit("error", {"message": f"kernel.py: unreadable ({exc})"})
+            return
+        sha = sha256_text(text)
+        if sha == self._working_sha or (current is not None and sha == current.sha256) or not text.strip():
+            self._working_sha = sha
+            return
+        try:  # record the tunables the edit declares, so the tuner does not re-try them
+            params = read_declared(text).config
+        except TunablesError:
+            params = {}
+        n = self.write_attempt(text, note="edited by hand (kernel.py)", params=params,
+                               parent=current.n if current else None, author="human")
+        self._sink.notify(f"your edit of kernel.py is attempt {n}; evaluating it")
+        self.evaluate_attempt(n)
 
     def _ensure_attempt_files(self, n: int) -> Path:
         """attempts/NNNN/kernel.py is derived from the journal; recreate it if a crash left it missing."""

@@ -54,7 +54,10 @@ class TunerBackend:
         if base is None:
             first = state.attempts[min(state.attempts)]
             return Finish(f"no correct kernel to tune: attempt {first.n} is {first.verdict}: {first.message}")
-        declared = self._declared(base.source)
+        try:
+            declared = self._declared(base.source)
+        except TunablesError as exc:
+            return Finish(f"the best attempt ({base.n}) declares no usable TUNABLES/CONFIG ({exc}): nothing to search")
         space = dict(declared.space)
         for name, value in self._pins(state, set(space)).items():
             space[name] = [value]
