@@ -1,33 +1,18 @@
 """KDA task: oracle, seed and our chunked kernel under the Triton CPU interpreter (fp32, small odd shapes)."""
 
-import importlib.util
 import os
-import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
-TASK_DIR = Path(__file__).resolve().parent.parent / "kernels" / "kda"
+from task_modules import KERNELS, load, spec
 
-# Set for the whole process, not around the imports: Triton reads the flag again at first launch, and this suite
-# runs where there is no GPU anyway.
-os.environ["TRITON_INTERPRET"] = "1"
-
-
-def _load(name: str):
-    """Import a task file by path: kernels/ holds task folders, not packages."""
-    spec = importlib.util.spec_from_file_location(f"kda_test_{name}", TASK_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-REF = _load("reference")
-SEED = _load("seed")
-OURS = _load("kda_chunked")
-BASE = _load("baseline")
-TASK = tomllib.loads((TASK_DIR / "task.toml").read_text())
+REF = load("kda", "reference")
+SEED = load("kda", "seed")
+OURS = load("kda", "kda_chunked")
+BASE = load("kda", "baseline")
+TASK = spec("kda")
 TOL = TASK["tolerance"]["value"]
 # fp32 in the interpreter is exact to rounding, far tighter than the bf16-calibrated task tolerance, so an
 # anchoring, padding or masking slip cannot hide under it.
@@ -45,7 +30,7 @@ def _inputs(seed: int = 0, **params) -> dict:
 
 
 def test_task_toml_matches_folder_and_covers_edge_cases():
-    assert TASK["name"] == TASK_DIR.name
+    assert TASK["name"] == (KERNELS / "kda").name
     assert TASK["outputs"] == ["o", "final_state"]
     cuda = {s["name"] for s in TASK["shapes"]["cuda"]}
     assert cuda == {f"K{i}" for i in range(1, 8)}

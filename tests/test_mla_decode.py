@@ -1,35 +1,18 @@
 """MLA decode task: oracle inputs, seed and our split-KV kernel under the Triton CPU interpreter."""
 
-import importlib.util
 import math
-import os
-import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
-TASK_DIR = Path(__file__).resolve().parent.parent / "kernels" / "mla_decode"
+from task_modules import KERNELS, load, spec
 
-
-# Set for the whole process, not around the imports: Triton reads the flag again at first launch (when it loads
-# its gluon layer), and this suite runs where there is no GPU anyway.
-os.environ["TRITON_INTERPRET"] = "1"
-
-
-def _load(name: str):
-    """Import a task file by path: kernels/ holds task folders, not packages."""
-    spec = importlib.util.spec_from_file_location(f"mla_test_{name}", TASK_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-REF = _load("reference")
-SEED = _load("seed")
-OURS = _load("mla_splitkv")
-BASE = _load("baseline")
-TASK = tomllib.loads((TASK_DIR / "task.toml").read_text())
+REF = load("mla_decode", "reference")
+SEED = load("mla_decode", "seed")
+OURS = load("mla_decode", "mla_splitkv")
+BASE = load("mla_decode", "baseline")
+TASK = spec("mla_decode")
 # fp32 inputs in the interpreter make every implementation exact to rounding, far tighter than the task's
 # bf16-calibrated tolerances, so a merge or masking slip cannot hide under them.
 TIGHT = 1e-5
@@ -49,7 +32,7 @@ RAGGED = {"B": 3, "H": 5, "N": 97, "lengths": "ragged"}
 
 
 def test_task_toml_matches_folder_and_outputs():
-    assert TASK["name"] == TASK_DIR.name
+    assert TASK["name"] == (KERNELS / "mla_decode").name
     assert TASK["outputs"] == ["o", "lse"]
     assert set(TASK["tolerance"]["per_output"]) == {"o", "lse"}
     scales = {s["params"].get("scale_dim", 192) for k in ("cpu", "heldout", "heldout_cpu")
