@@ -151,4 +151,8 @@ class MemoryPanel(VerticalScroll):
 
         if state.memory:
             parts += ["\n", ("memory", "bold $text-primary"), "\n", (fmt.memory_summary(state.memory), ""), "\n"]
+            dropped = state.memory.get("dropped")
+            if isinstance(dropped, list) and dropped:
+                # The compaction audit: what older context the agent no longer sees word for word.
+                parts += self._row("dropped", fmt.shorten("; ".join(map(str, dropped)), 240))
         return parts
