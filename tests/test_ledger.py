@@ -149,7 +149,7 @@ class Scripted:
 def test_evaluate_refuses_a_repeat_of_a_failed_strategy_until_forced(tmp_path):
     evaluated = []
 
-    def evaluator(task, path, device):
+    def evaluator(task, path, device, **kw):
         evaluated.append(path.read_text())
         return {"verdict": "incorrect", "message": "rel_err 0.5", "speedup": None, "shapes": [],
                 "timing_comparable": False}

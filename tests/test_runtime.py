@@ -1,5 +1,6 @@
 """The shared step loop with the tuner backend: journal-first effects, budgets, nudges, pause, crash recovery."""
 
+import json
 import queue
 import threading
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ from workbench.agent.budget import Budget
 from workbench.agent.commands import Command
 from workbench.agent.runtime import AgentRuntime
 from workbench.agent.sink import RecordingSink
+from workbench.agent.tools import ToolError, confined_path
 from workbench.agent.tunables import read_declared
 from workbench.journal import read_events
 from workbench.session import SessionStore
@@ -31,9 +33,9 @@ TASK = SimpleNamespace(name="toy", public_view=lambda: {"name": "toy"})
 def fake_evaluator(calls=None, fail_blocks=()):
     """Speedup grows with BLOCK*num_warps; some BLOCK values are 'incorrect'."""
 
-    def evaluate(task, path, device):
+    def evaluate(task, path, device, heldout=False):
         config = read_declared(path.read_text()).config
-        if calls is not None:
+        if calls is not None and not heldout:  # held-out re-checks of a new best are not new evaluations
             calls.append(config)
         if config["BLOCK"] in fail_blocks:
             return {"verdict": "incorrect", "message": "S1 rel_err 1 > 1e-5", "speedup": None, "shapes": [],
@@ -165,7 +167,7 @@ def test_failing_seed_finishes_with_its_verdict(tmp_path):
 
 
 def test_evaluator_exception_is_journaled_and_reraised(tmp_path):
-    def broken(task, path, device):
+    def broken(task, path, device, **kw):
         raise RuntimeError("boom")
 
     runtime, files = new_runtime(tmp_path, Budget(), broken)
@@ -196,7 +198,7 @@ def test_profile_command_on_cpu_is_a_journaled_tool_error_and_a_notice(tmp_path)
 def test_cuda_evaluation_profiles_are_journaled_with_deltas_against_the_best(tmp_path):
     base = fake_evaluator()
 
-    def with_profile(task, path, device):
+    def with_profile(task, path, device, **kw):
         result = base(task, path, device)
         occupancy = read_declared(path.read_text()).config["num_warps"] * 10.0
         result["profile"] = {"shapes": [{"name": "S1", "ms": result["shapes"][0]["ms"],
@@ -238,7 +240,7 @@ def test_a_hand_edit_of_the_working_copy_becomes_a_human_attempt_and_is_evaluate
 def test_tuner_finishes_cleanly_when_the_best_kernel_declares_no_tunables(tmp_path):
     base = fake_evaluator()
 
-    def evaluate(task, path, device):
+    def evaluate(task, path, device, **kw):
         if "CONFIG" not in path.read_text():  # the hand-written kernel without tunables is the fastest
             return {"verdict": "ok", "message": "", "speedup": 9.0, "timing_comparable": True, "shapes": []}
         return base(task, path, device)
@@ -252,4 +254,34 @@ def test_tuner_finishes_cleanly_when_the_best_kernel_declares_no_tunables(tmp_pa
     assert runtime.state.best == 2
     assert reason.startswith("the best attempt (2) declares no usable TUNABLES/CONFIG")
     assert runtime.state.status == "finished"
+    files.close()
+
+
+def test_a_new_best_must_pass_the_held_out_shapes_which_stay_hidden_from_the_agent(tmp_path):
+    calls = []
+    base = fake_evaluator()
+
+    def evaluate(task, path, device, heldout=False):
+        result = base(task, path, device)
+        config = read_declared(path.read_text()).config
+        calls.append((config["BLOCK"], config["num_warps"], heldout))
+        if heldout:
+            bad = config["BLOCK"] == 2  # overfits the public shapes
+            result["heldout"] = [{"name": "H1", "params": {"rows": 1000}, "correct": not bad, "speedup": 1.0}]
+            result["heldout_speedup"] = 1.0
+            if bad:
+                result["verdict"], result["message"] = "incorrect", "H1 rows=1000: rel_err 0.3 > 1e-5"
+        return result
+
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=3), evaluate)
+    runtime.run(threading.Event())
+    state = runtime.state
+    # attempt 1 (seed) and 2 (BLOCK=2) were each a new best and got a held-out check; 2 failed it
+    assert [c for c in calls if c[2]] == [(1, 1, True), (2, 1, True)] + [c for c in calls if c[2]][2:]
+    assert state.attempts[2].verdict == "incorrect" and "held-out" in state.attempts[2].message
+    assert "rows=1000" not in (files.dir / "events.jsonl").read_text()  # no held-out detail in the journal
+    assert state.best != 2
+    assert json.loads((files.dir / "heldout" / "0002.json").read_text())["heldout"][0]["params"] == {"rows": 1000}
+    with pytest.raises(ToolError, match="hidden"):
+        confined_path("heldout/0002.json", [(files.dir, None)])
     files.close()

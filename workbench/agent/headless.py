@@ -32,7 +32,12 @@ class HeadlessSink:
 
     def emit(self, event: Event) -> None:
         """Print what a person following the run wants to see."""
-        if event.type == "eval.finished":
+        if event.type == "eval.finished" and event.data.get("check") == "heldout":
+            summary = event.data.get("heldout", {})
+            outcome = "passed" if summary.get("passed") else "FAILED: " + event.data["result"].get("message", "")
+            self._print(f"attempt {event.data['attempt']:4d}  held-out check on {summary.get('shapes', 0)} "
+                        f"hidden shapes {outcome}")
+        elif event.type == "eval.finished":
             self._print(attempt_line(self.state, event.data["attempt"]))
         elif event.type == "nudge.acked":
             self._print(f"nudge {event.data['id']}: {event.data.get('note', '')}")

@@ -28,6 +28,14 @@ from workbench.tasks import Task
 Evaluator = Callable[..., dict[str, Any]]
 
 
+HELDOUT_DIR = "heldout"
+"""Session subfolder with held-out results: the person may read it, the agent's tools may not."""
+
+PUBLIC_RESULT_KEYS = ("task", "file", "sha256", "device", "verdict", "message", "shapes", "speedup",
+                      "timing_comparable", "baseline")
+"""The parts of a held-out check that may be journaled where the agent can see them."""
+
+
 def json_safe(value: Any) -> Any:
     """Replace NaN/inf (not JSON) by their names, so a NaN error figure can be journaled and still read."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -347,7 +355,37 @@ class AgentRuntime:
         self.emit("eval.finished", {"attempt": n, "result": result})
         if isinstance(result.get("profile"), dict):
             self._emit_profile(n, result["profile"], best_before)
+        if result.get("verdict") == "ok" and self.state.best == n and best_before != n:
+            result = self._check_heldout(n, path, result)
         return result
+
+    def _check_heldout(self, n: int, path: Path, result: dict[str, Any]) -> dict[str, Any]:
+        """A new best must also pass the held-out shapes before it stands; the agent never sees their details.
+
+        The journal gets the attempt's public result (its own timings), with the verdict turned into a failure
+        when the held-out run fails, and a summary (shape count, passed, held-out speedup).
+
+        The full result goes to heldout/NNNN.json (outside what the agent's tools may read). A failure is an
+        eval.finished that demotes the attempt.
+        """
+        check = json_safe(self._evaluator(self.task, path, device=self.device, heldout=True))
+        hidden = check.get("heldout") or []
+        folder = self.files.dir / HELDOUT_DIR
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f"{n:04d}.json.tmp"
+        tmp.write_text(json.dumps(check, indent=2), encoding="utf-8")
+        tmp.replace(folder / f"{n:04d}.json")
+        # The gate is pass/fail: the attempt keeps the timings of its own evaluation, not a second noisy sample.
+        public = {k: result[k] for k in PUBLIC_RESULT_KEYS if k in result}
+        public_ok = all(s.get("correct") is not False for s in check.get("shapes", []))
+        passed = check.get("verdict") == "ok" and all(s.get("correct") for s in hidden)
+        if not passed:
+            public["verdict"] = check.get("verdict") if check.get("verdict") != "ok" else "incorrect"
+            public["message"] = (f"failed on held-out shapes (details hidden from the agent, in "
+                                 f"{HELDOUT_DIR}/{n:04d}.json)") if public_ok else check.get("message", "")
+        summary = {"shapes": len(hidden), "passed": passed, "speedup": check.get("heldout_speedup")}
+        self.emit("eval.finished", {"attempt": n, "check": "heldout", "result": public, "heldout": summary})
+        return public
 
     def _emit_profile(self, n: int, profile: dict[str, Any], best: int | None) -> None:
         """Journal an evaluation's kernel table and roofline, with deltas against the best attempt's profile."""

@@ -128,6 +128,8 @@ def confined_path(path: str, roots: list[tuple[Path, tuple[str, ...] | None]]) -
     rel = PurePosixPath(path.replace("\\", "/"))
     if not path.strip() or rel.is_absolute() or ".." in rel.parts or path.startswith("~"):
         raise ToolError(f"read_file: {path!r} must be a relative path inside the task or session folder")
+    if rel.parts and rel.parts[0] == "heldout":
+        raise ToolError("read_file: held-out results are hidden from the agent")
     for root, allowed in roots:
         if allowed is not None and str(rel) not in allowed:
             continue
