@@ -1,7 +1,6 @@
 """KDA task: oracle, seed and our chunked kernel under the Triton CPU interpreter (fp32, small odd shapes)."""
 
 import os
-from pathlib import Path
 
 import pytest
 import torch

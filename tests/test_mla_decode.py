@@ -1,7 +1,6 @@
 """MLA decode task: oracle inputs, seed and our split-KV kernel under the Triton CPU interpreter."""
 
 import math
-from pathlib import Path
 
 import pytest
 import torch

@@ -21,6 +21,7 @@ from workbench.agent.sink import NullSink, RunSink
 from workbench.agent.tunables import TunablesError, read_declared
 from workbench.agent.tools import TOOLS, ToolError, check_args, sha256_text
 from workbench.journal import Event
+from workbench.session.atomic import write_json_atomic, write_text_atomic
 from workbench.session.replay import checkpoint_record
 from workbench.session.state import SessionState, apply
 from workbench.tasks import Task
@@ -302,9 +303,7 @@ class AgentRuntime:
         return self.files.dir / "kernel.py"
 
     def _write_working_copy(self, source: str) -> None:
-        tmp = self.working_copy.with_suffix(".py.tmp")
-        tmp.write_text(source, encoding="utf-8")
-        tmp.replace(self.working_copy)  # atomic: an editor never reads half a kernel
+        write_text_atomic(self.working_copy, source)  # an editor never reads half a kernel
         self._working_sha = sha256_text(source)
 
     def _take_human_edit(self) -> None:
@@ -372,9 +371,7 @@ class AgentRuntime:
         hidden = check.get("heldout") or []
         folder = self.files.dir / HELDOUT_DIR
         folder.mkdir(exist_ok=True)
-        tmp = folder / f"{n:04d}.json.tmp"
-        tmp.write_text(json.dumps(check, indent=2), encoding="utf-8")
-        tmp.replace(folder / f"{n:04d}.json")
+        write_json_atomic(folder / f"{n:04d}.json", check)
         # The gate is pass/fail: the attempt keeps the timings of its own evaluation, not a second noisy sample.
         public = {k: result[k] for k in PUBLIC_RESULT_KEYS if k in result}
         public_ok = all(s.get("correct") is not False for s in check.get("shapes", []))
