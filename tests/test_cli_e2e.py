@@ -108,10 +108,32 @@ def test_kill_9_mid_run_then_resume_continues_the_same_session(tmp_path):
     assert calls == results, "every intent is closed (aborted or finished)"
 
 
+def marked_processes(mark):
+    """Live processes whose environment carries mark (a run's evaluator children inherit it)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"WB_TEST_MARK={mark}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_nudge_reaches_a_stopped_session_and_is_applied_on_resume(tmp_path):
     sessions = tmp_path / "s"
-    run = wb("run", "softmax", "--headless", "--device", "cpu", "--max-iterations", "1", "--sessions-dir", str(sessions))
+    mark = f"{os.getpid()}-{time.monotonic_ns()}"
+    run = wb("run", "softmax", "--headless", "--device", "cpu", "--max-iterations", "1", "--sessions-dir", str(sessions),
+             env={"WB_TEST_MARK": mark})
     assert run.returncode == 0, run.stderr
+    if Path("/proc/self/environ").exists():
+        # The run pre-started its next evaluation's processes; stopping the run must not leave them behind.
+        deadline = time.monotonic() + 5
+        while marked_processes(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marked_processes(mark) == []
     session_id = run.stdout.splitlines()[0]
     nudge = wb("nudge", session_id, "num_warps=2", "--persistent", "--sessions-dir", str(sessions))
     assert nudge.returncode == 0, nudge.stderr

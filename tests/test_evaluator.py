@@ -192,10 +192,14 @@ def test_static_guard_imports(task):
         from torch.utils import cpp_extension
         from . import helper
         import triton.language as tl
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        from triton.tools import disasm
+        import triton.runtime.driver
     """
     assert findings(task, src) == [
         ("forbidden-import", 2), ("forbidden-import", 3), ("forbidden-import", 4), ("import-not-allowed", 5),
         ("import-not-allowed", 6), ("import-not-allowed", 7), ("forbidden-api", 8), ("import-not-allowed", 9),
+        ("forbidden-api", 12), ("forbidden-api", 13),
     ]
 
 
@@ -593,3 +597,5 @@ def test_profile_command_prints_table_deltas_and_json(monkeypatch, capsys, tmp_p
     monkeypatch.setattr("workbench.devices.default_device", lambda: "cpu")
     assert cli.main(["profile", "softmax", str(SEED), "--ncu"]) == 2
     assert "--ncu needs an NVIDIA GPU" in capsys.readouterr().err
+    assert cli.main(["profile", "softmax", str(SEED), "--sanitize", "memcheck"]) == 2
+    assert "--sanitize needs an NVIDIA GPU" in capsys.readouterr().err

@@ -397,7 +397,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise CliError(f"{path}: no such file")
     device = _device(args.device)
     try:
-        result = evaluate(task, path, device=device)
+        result = evaluate(task, path, device=device, heldout=args.heldout, graph=args.graph)
     except EvalUsageError as exc:
         raise CliError(str(exc)) from exc
     print(json.dumps(result, indent=2) if args.json else format_result(result))
@@ -471,6 +471,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     device = _device(None)
     if args.ncu and device != "cuda":
         raise CliError("--ncu needs an NVIDIA GPU (nvidia-smi found none)")
+    if args.sanitize and device != "cuda":
+        raise CliError("--sanitize needs an NVIDIA GPU (nvidia-smi found none)")
     previous = None
     if args.against:
         try:
@@ -504,6 +506,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
         profile["findings"] = advise(profile, (result.get("env") or {}).get("sms"))
     elif args.ncu:
         ncu_error = f"ncu skipped: the evaluation ended with verdict {result['verdict']}"
+    sanitize_error = None
+    if args.sanitize:
+        from workbench.evaluator import sanitizer
+
+        shape = args.shape or task.shapes["cuda"][0].name
+        try:
+            result["sanitizer"] = sanitizer.run(task.name, path, shape, tool=args.sanitize)
+        except sanitizer.SanitizerError as exc:
+            sanitize_error = str(exc)
+            result["sanitizer"] = {"tool": args.sanitize, "shape": shape, "error": sanitize_error}
     if profile is not None and previous is not None:
         profile["deltas"] = diff(previous, profile)
     if args.json:
@@ -522,6 +534,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 print("\n".join(ncu.format_rows(profile["ncu"]["rows"])))
             for line in profile.get("deltas") or []:
                 print(f"delta: {line}")
+        found = result.get("sanitizer") or {}
+        if "errors" in found:
+            print(f"compute-sanitizer {found['tool']} ({found['shape']}): {found['errors']} error(s)")
+            for line in found.get("problems") or []:
+                print(f"  {line}")
+    if sanitize_error:
+        print(f"workbench: compute-sanitizer: {sanitize_error}", file=sys.stderr)
+        return EXIT_FAIL
+    if (result.get("sanitizer") or {}).get("errors"):
+        return EXIT_FAIL
     if ncu_error:
         print(f"workbench: ncu: {ncu_error}", file=sys.stderr)
         return EXIT_FAIL
@@ -606,6 +628,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--device", choices=["cpu", "cuda"])
     p.add_argument("--json", action="store_true")
+    p.add_argument("--heldout", action="store_true",
+                   help="also run the task's held-out shapes (what the agent never sees), reported apart")
+    p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time both sides under CUDA graphs (default: the task's graph_timing)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("tasks", help="list tasks")
@@ -621,7 +647,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("task")
     p.add_argument("file")
     p.add_argument("--ncu", action="store_true", help="also run Nsight Compute on one shape (needs a GPU)")
-    p.add_argument("--shape", help="the CUDA shape ncu profiles (default: the task's first)")
+    p.add_argument("--sanitize", choices=["memcheck", "racecheck", "initcheck", "synccheck"],
+                   help="also run one call of --shape under compute-sanitizer with this tool (needs a GPU)")
+    p.add_argument("--shape", help="the CUDA shape ncu or the sanitizer runs (default: the task's first)")
     p.add_argument("--against", metavar="JSON", help="a previous `workbench profile --json` output to diff against")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_profile)

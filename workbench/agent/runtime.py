@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import functools
 import math
 import queue
 import threading
@@ -87,8 +88,14 @@ class AgentRuntime:
         self.device = device
         self.budget = budget
         self.checkpoint_every = checkpoint_every
+        self._prestarter = None
+        """Keeps the next evaluation's processes started while the agent thinks (default evaluator only)."""
         if evaluator is None:
-            from workbench.evaluator import evaluate as evaluator
+            from workbench.evaluator import evaluate
+            from workbench.evaluator.prestart import Prestarter
+
+            self._prestarter = Prestarter()
+            evaluator = functools.partial(evaluate, prestarter=self._prestarter)
         self._evaluator = evaluator
         self._sink: RunSink = NullSink()
         self._paused = False
@@ -116,6 +123,7 @@ class AgentRuntime:
             {"budget": self.budget.to_dict(), "resumed": resumed, "agent": self.backend.name,
              "model": self.backend.model, "device": self.device},
         )
+        self._prestart()
         try:
             self._recover_in_flight()
             reason, final = self._loop(stop, commands)
@@ -124,6 +132,9 @@ class AgentRuntime:
             self.emit("run.stopped", {"reason": f"error: {type(exc).__name__}: {exc}", "final": False})
             self.checkpoint()
             raise
+        finally:
+            if self._prestarter is not None:
+                self._prestarter.close()
         self.emit("run.stopped", {"reason": reason, "final": final})
         self.checkpoint()
         return reason
@@ -235,6 +246,18 @@ class AgentRuntime:
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds` unless the run is stopped; True when it was (backends use it for retry waits)."""
         return self._stop.wait(seconds)
+
+    def _prestart(self) -> None:
+        """Start the first evaluation's processes now, while the backend prepares its first step."""
+        if self._prestarter is None:
+            return
+        from workbench.evaluator.device import resolve_device
+        from workbench.evaluator.errors import EvalUsageError
+
+        try:
+            self._prestarter.replenish(resolve_device(self.device))
+        except (EvalUsageError, OSError):
+            pass  # the evaluation itself reports the problem, in its own words
 
     # -- memory --------------------------------------------------------------------------------
     def maybe_compact(self, extra_tokens: int = 0) -> Event | None:

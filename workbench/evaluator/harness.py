@@ -28,6 +28,8 @@ AGREEMENT_WARN_US = 5.0
 """Warn when the event median and the profiler's kernel sum differ by more than 10% and more than 5 us: events
 include about 3 us of dispatch per call that kernel durations do not (measured on the H200, constant across
 shapes), which alone is over 10% of an 18 us kernel."""
+GRAPH_MIN_REPS = 50
+"""CUDA-graph reps per side per shape at least (half the event reps otherwise)."""
 ESCAPE_RATIO = 0.5
 """An event median under this fraction of the profiler's kernel sum means work ran outside the timed window."""
 
@@ -366,6 +368,66 @@ class Harness:
         )
         if problem:
             row.update(correct=False, problem=problem)
+            return None
+        if cuda and self.cfg.get("graph"):
+            return self.time_graph(row, key, sides, max(GRAPH_MIN_REPS, len(cand_ms) // 2), blocks)
+        return None
+
+    def time_graph(self, row: dict[str, Any], key: int, sides: list[str], reps: int,
+                   blocks: int) -> dict[str, Any] | None:
+        """CUDA-graph timing of both sides, interleaved in blocks like the event timing (task option / --graph).
+
+        Each side's forward is captured once on its timing buffers and replayed with fresh inputs and a flush
+        before every rep. The candidate's last replay is spot-checked; a side that cannot be captured, or whose
+        replay is wrong, gets no graph figure and a warning (the event timing stands on its own).
+        """
+        from workbench.evaluator import inputs as inputs_mod, timing
+
+        kept = self.kept[key]
+        sets = kept["sets"]
+        self.progress("graph", "time", group=row["group"], shape=row["name"])
+        base_buf = inputs_mod.clone(sets[0]["inputs"])
+        try:
+            self.timer.warmup(self.baseline_fn, base_buf, 1)
+            base_graph, _ = self.timer.capture(self.baseline_fn, base_buf)
+        except Exception as exc:  # noqa: BLE001 - reported, the event timing stands
+            self.torch.cuda.synchronize()
+            base_graph = None
+            row["baseline_graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        per_block = max(1, math.ceil(reps / blocks))
+        cand: list[float] = []
+        base: list[float] = []
+        previous: int | None = None
+        for _ in range(blocks):
+            plan = self._plan(per_block, len(sets), previous)
+            previous = plan[-1]
+            for side in sides:
+                if side == "candidate" and "graph_error" not in row:
+                    seed = self.rng.randrange(1 << 30)
+                    reply = self.ask({"op": "graph", "key": key, "plan": plan, "subset_seed": seed})
+                    if not reply["ok"]:
+                        return reply
+                    if "graph_error" in reply:
+                        row["graph_error"] = reply["graph_error"]
+                        continue
+                    wrong = self._spot(kept, plan, self.tensors(reply["spots"]), seed)
+                    if wrong:
+                        row["graph_error"] = f"graph replay: {wrong}"
+                        continue
+                    cand += [float(x) for x in reply["ms"]]
+                elif side == "baseline" and base_graph is not None:
+                    def refill(i: int, plan: list[int] = plan) -> None:
+                        inputs_mod.refill(base_buf, sets[plan[i]]["inputs"])
+
+                    base += self.timer.graph_block(base_graph, per_block, refill=refill)
+        for name, ms in (("graph_ms", cand), ("baseline_graph_ms", base)):
+            if ms and not row.get(name.replace("ms", "error")):
+                stats = timing.summarize(ms)
+                row[name], row[name + "_iqr"] = stats["median"], stats["iqr"]
+        for name in ("graph_error", "baseline_graph_error"):
+            if row.get(name):
+                side = "candidate" if name == "graph_error" else "baseline"
+                self.warnings.append(f"{row['name']}: no CUDA-graph time for the {side}: {row[name]}")
         return None
 
     # -- profile -------------------------------------------------------------------------------------------------
@@ -422,6 +484,10 @@ class Harness:
         ratio = ms / kernel_ms
         row["profile"]["event_vs_kernel"] = ratio
         row["profile"]["event_overhead_us"] = (ms - kernel_ms) * 1e3
+        floor = getattr(self.timer, "floors", {}).get("tiny_kernel_window_ms")
+        if floor is not None:
+            # The event window of the smallest kernel: the part of the gap any call pays, whatever it computes.
+            row["profile"]["launch_floor_us"] = floor * 1e3
         if ratio < ESCAPE_RATIO and "forbidden" not in row:
             row["forbidden"] = (f"{self.cfg['display']}: the timed window saw {ms:.4g} ms but the profiler saw "
                                 f"{kernel_ms:.4g} ms of GPU work per call: work escaped the timed window")
@@ -512,6 +578,7 @@ class Harness:
                 if self.device == "cuda" else "host perf_counter (Triton interpreter), not comparable",
                 "flush_mb": timing.FLUSH_BYTES >> 20 if self.device == "cuda" else 0,
                 "flush_ms": getattr(getattr(self, "timer", None), "flush_ms", None),
+                **getattr(getattr(self, "timer", None), "floors", {}),
                 "blocks": self.cfg["blocks"] if self.device == "cuda" else 1,
                 "inputs": "generated in both processes, fingerprint-checked" if self.generate else "sent via slab",
                 "slab_mb": round(moved / 2**20, 1),
@@ -526,10 +593,26 @@ class Harness:
             pass
 
 
+def _preload(device: str) -> None:
+    """What every evaluation on `device` needs, done before the configuration arrives (see prestart)."""
+    import torch
+
+    from workbench.evaluator import checks, envinfo, inputs, slab, timing, wire  # noqa: F401
+
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.init()
+
+
 def main() -> int:
-    """Entry point: read the config from stdin, run, and report any failure of our own as harness_error."""
+    """Entry point: preload for the device named on the command line, read the config from stdin, run, and
+    report any failure of our own as harness_error."""
     faulthandler.enable()
-    cfg = json.loads(sys.stdin.read())
+    if len(sys.argv) > 1:
+        _preload(sys.argv[1])
+    text = sys.stdin.read()
+    if not text.strip():
+        return 0  # a pre-started pair that was never used
+    cfg = json.loads(text)
     harness = Harness(cfg)
     try:
         harness.run()

@@ -13,11 +13,8 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +25,7 @@ from workbench.evaluator.device import resolve_device
 from workbench.evaluator.errors import EvalUsageError
 from workbench.evaluator.guards import check_static
 from workbench.evaluator.guards.static import jit_functions
+from workbench.evaluator.prestart import Pair, Prestarter
 
 if TYPE_CHECKING:
     from workbench.tasks import Task
@@ -44,60 +42,12 @@ LOST_WAIT_S = 5.0
 _PARENT_FRAME_LIMIT = 64 << 20
 KEEP_ENV = "WORKBENCH_EVAL_KEEP"
 """Set (to anything) to keep each evaluation's private folder, with the children's logs, for debugging."""
-SHM_DIR = "/dev/shm"
-SHM_MIN_FREE = 4 << 30
-"""The tensor slabs go to shared memory when it has this much room (a container's default /dev/shm is 64 MB);
-otherwise they live in the evaluation's private folder, which the page cache serves nearly as fast."""
-
-
-def _slab_dir(tmp: Path) -> Path:
-    try:
-        st = os.statvfs(SHM_DIR)
-        if st.f_bavail * st.f_frsize >= SHM_MIN_FREE and os.access(SHM_DIR, os.W_OK):
-            return Path(tempfile.mkdtemp(prefix="workbench-slab-", dir=SHM_DIR))
-    except OSError:
-        pass
-    return tmp
-
-
-def _child_env(device: str) -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONFAULTHANDLER"] = "1"
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not quietly use a GPU
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    return env
-
-
-def _spawn(module: str, cfg: dict[str, Any], fds: tuple[int, ...], log: Path, cwd: Path, env: dict[str, str]):
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module],
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            pass_fds=fds,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,  # its own process group, so a timeout kills everything it started
-        )
-    try:
-        proc.stdin.write(json.dumps(cfg).encode())  # type: ignore[union-attr]
-        proc.stdin.close()  # type: ignore[union-attr]
-    except BrokenPipeError:
-        pass
-    return proc
 
 
 def _status(proc: subprocess.Popen) -> int | None:
     """The child's exit status in Popen's convention (-N for signal N), or None while it runs.
 
-    It peeks without reaping, so the pid, and with it the process-group id, stays reserved until _kill_group.
+    It peeks without reaping, so the pid, and with it the process-group id, stays reserved until Pair.discard kills its group.
     """
     if proc.returncode is not None:
         return proc.returncode
@@ -120,18 +70,6 @@ def _wait_exit(procs: list[subprocess.Popen], seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end and not all(_exited(p) for p in procs):
         time.sleep(0.02)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the child's whole process group (anything the candidate left running), then reap the child.
-
-    The group is signalled before the leader is reaped, so its id cannot belong to an unrelated process yet.
-    """
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def _signal_name(rc: int) -> str:
@@ -166,6 +104,7 @@ def _describe(stage: dict[str, Any]) -> str:
         "timing": "timing forward",
         "revalidate": "re-checking forward's output after timing",
         "profile": "profiling forward",
+        "graph": "timing forward under a CUDA graph",
     }.get(name, name)
     if "shape" in stage:
         text += f" on shape {stage['shape']}"
@@ -178,8 +117,9 @@ class _Run:
     """The process part of one evaluation: spawn, watch, collect, clean up."""
 
     def __init__(self, task: "Task", path: Path, data: bytes, device: str, heldout: bool, seeds: int, timeout: float,
-                 jit_names: list[str]):
+                 jit_names: list[str], graph: bool = False):
         self.task, self.path, self.data, self.device = task, path, data, device
+        self.graph = graph
         self.heldout, self.seeds, self.timeout = heldout, seeds, timeout
         self.jit_names = jit_names
 
@@ -190,37 +130,32 @@ class _Run:
             groups.append({"group": hidden, "role": "heldout", "shapes": [s.to_dict() for s in self.task.shapes[hidden]]})
         return groups
 
-    def execute(self) -> dict[str, Any]:
-        """Run the harness and the worker; return the outcome: {"kind": "result" | "timeout" | ..., ...}."""
-        tmp = Path(tempfile.mkdtemp(prefix="workbench-eval-"))  # mode 0700: private to this user
-        slabs = _slab_dir(tmp)
-        fds: list[int] = []
-        procs: list[subprocess.Popen] = []
+    def execute(self, prestarter: Prestarter | None = None) -> dict[str, Any]:
+        """Run the harness and the worker; return the outcome: {"kind": "result" | "timeout" | ..., ...}.
+
+        With a prestarter, a pair it started earlier is used when one is ready (and its start-up is not waited
+        for); either way the pair serves this evaluation only.
+        """
+        pair = prestarter.take(self.device) if prestarter is not None else None
+        self.prestarted = pair is not None
+        if pair is None:
+            pair = Pair(self.device)
         try:
-            cand_dir = tmp / "candidate"
-            cand_dir.mkdir()
-            private = cand_dir / self.path.name
+            private = pair.cand_dir / self.path.name
             private.write_bytes(self.data)  # the bytes hashed are the bytes run, even if the file changes now
-            h2w_r, h2w_w = os.pipe()
-            w2h_r, w2h_w = os.pipe()
-            h2p_r, h2p_w = os.pipe()
-            fds = [h2w_r, h2w_w, w2h_r, w2h_w, h2p_r, h2p_w]
-            for fd in (h2w_w, w2h_w):
-                wire.widen(fd)
-            env = _child_env(self.device)
             worker_cfg = {
                 "candidate": str(private),
                 "display": str(self.path),
                 "entry": self.task.entry,
                 "device": self.device,
-                "fd_in": h2w_r,
-                "fd_out": w2h_w,
+                "fd_in": pair.worker_fds[0],
+                "fd_out": pair.worker_fds[1],
                 "forbidden_imports": list(self.task.forbidden_imports),
                 "max_frame": 1 << 28,
                 "reference": str(self.task.reference),
                 "task_dir": str(self.task.dir),
-                "slab_in": str(slabs / "to_worker.slab"),
-                "slab_out": str(slabs / "to_harness.slab"),
+                "slab_in": str(pair.slabs / "to_worker.slab"),
+                "slab_out": str(pair.slabs / "to_harness.slab"),
             }
             harness_cfg = {
                 "task": self.task.name,
@@ -234,37 +169,25 @@ class _Run:
                 "groups": self._groups(),
                 "blocks": BLOCKS,
                 "budgets": dict(STAGE_BUDGETS_S),
-                "fd_worker_out": h2w_w,
-                "fd_worker_in": w2h_r,
-                "fd_parent": h2p_w,
-                "slab_out": str(slabs / "to_worker.slab"),
-                "slab_in": str(slabs / "to_harness.slab"),
+                "fd_worker_out": pair.harness_fds[0],
+                "fd_worker_in": pair.harness_fds[1],
+                "fd_parent": pair.harness_fds[2],
+                "slab_out": str(pair.slabs / "to_worker.slab"),
+                "slab_in": str(pair.slabs / "to_harness.slab"),
                 "display": str(self.path),
                 "jit_names": self.jit_names,
                 "profile_baseline": True,
+                "graph": self.graph,
             }
-            self.worker_log, self.private = tmp / "worker.log", str(private)
-            worker = _spawn("workbench.evaluator.worker", worker_cfg, (h2w_r, w2h_w), self.worker_log, cand_dir, env)
-            procs.append(worker)
-            harness = _spawn("workbench.evaluator.harness", harness_cfg, (h2w_w, w2h_r, h2p_w), tmp / "harness.log",
-                             tmp, env)
-            procs.append(harness)
-            for fd in (h2w_r, h2w_w, w2h_r, w2h_w, h2p_w):  # only the children hold these now: EOF means death
-                os.close(fd)
-                fds.remove(fd)
-            outcome = self._watch(h2p_r)
-            return self._finish(outcome, harness, worker, tmp)
+            self.worker_log, self.private = pair.worker_log, str(private)
+            pair.send(worker_cfg, harness_cfg)
+            outcome = self._watch(pair.fds["parent_in"])
+            return self._finish(outcome, pair.harness, pair.worker, pair.tmp)
         finally:
-            for proc in procs:
-                _kill_group(proc)
-            for fd in fds:
-                os.close(fd)
-            if slabs != tmp:
-                shutil.rmtree(slabs, ignore_errors=True)
-            if os.environ.get(KEEP_ENV):
-                self.kept_dir = str(tmp)
-            else:
-                shutil.rmtree(tmp, ignore_errors=True)
+            keep = bool(os.environ.get(KEEP_ENV))
+            pair.discard(keep_dir=keep)
+            if keep:
+                self.kept_dir = str(pair.tmp)
 
     def _watch(self, fd: int) -> dict[str, Any]:
         """Read the harness's messages until its final one, enforcing the stage and overall deadlines."""
@@ -363,6 +286,8 @@ def evaluate(
     timeout_s: float | None = None,
     seeds: int = 3,
     static_guards: bool = True,
+    prestarter: Prestarter | None = None,
+    graph: bool | None = None,
 ) -> dict[str, Any]:
     """Evaluate one candidate file against a task.
 
@@ -375,6 +300,10 @@ def evaluate(
         seeds: input seeds per shape (each seed also picks an input distribution).
         static_guards: False skips the static source checks, so that the self-test can prove the run-time guards
             catch on their own what the static ones would have; every real evaluation keeps them.
+        prestarter: takes a process pair it started earlier (skipping their start-up), and starts the next one
+            once this evaluation's processes are gone; long-running callers (the agent runtime) pass one.
+        graph: also time both sides under CUDA graphs (graph_ms, baseline_graph_ms, graph_speedup per shape);
+            None takes the task's graph_timing. Ignored on the CPU.
 
     Returns:
         The evaluator contract dict (task, file, sha256, device, verdict, message, shapes, speedup,
@@ -418,8 +347,14 @@ def evaluate(
                     findings=[f.to_dict() for f in findings])
 
     timeout = float(timeout_s) if timeout_s is not None else DEFAULT_TIMEOUT_S[dev]
-    run = _Run(task, path, data, dev, heldout, seeds, timeout, jit_functions(tree))
-    outcome = run.execute()
+    use_graph = task.graph_timing if graph is None else bool(graph)
+    run = _Run(task, path, data, dev, heldout, seeds, timeout, jit_functions(tree), graph=use_graph and dev == "cuda")
+    try:
+        outcome = run.execute(prestarter)
+    finally:
+        if prestarter is not None:
+            prestarter.replenish(dev)
+    result["prestarted"] = run.prestarted
     if getattr(run, "kept_dir", None):
         result["logs_dir"] = run.kept_dir
     kind = outcome["kind"]

@@ -10,7 +10,10 @@ def _num(value: Any, fmt: str = "{:.4g}") -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
+    graph = any("graph_ms" in r or "baseline_graph_ms" in r for r in rows)
     header = ["shape", "correct", "rel_err", "ms", "±iqr", "baseline_ms", "speedup", "floor_ms"]
+    if graph:
+        header += ["graph_ms", "base_graph_ms", "graph_speedup"]
     body = []
     for r in rows:
         correct = {True: "yes", False: "NO", None: "-"}[r.get("correct")]
@@ -18,6 +21,9 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             str(r["name"]), correct, _num(r.get("rel_err"), "{:.2e}"), _num(r.get("ms")), _num(r.get("ms_iqr"), "{:.2g}"),
             _num(r.get("baseline_ms")), _num(r.get("speedup"), "{:.3g}x"), _num(r.get("floor_ms")),
         ])
+        if graph:
+            body[-1] += [_num(r.get("graph_ms")), _num(r.get("baseline_graph_ms")),
+                         _num(r.get("graph_speedup"), "{:.3g}x")]
     widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]

@@ -107,6 +107,8 @@ CASES: list[Case] = [
     Case("raises", "raises.py", ("crash",), "RuntimeError: kernel launch failed on purpose", "raises"),
     Case("segfault", "segfault.py", ("crash",), {"cpu": "SIGSEGV", "cuda": "CUDA"}, "out-of-bounds read"),
     Case("hang", "infinite_loop.py", ("timeout",), "no answer after", "never returns", timeout_s=12.0),
+    Case("gpu_hang", "gpu_spin.py", ("timeout",), "no answer after", "GPU kernel never finishes",
+         devices=("cuda",), timeout_s=30.0),
 ]
 """The softmax suite. Every row of HARNESS.md's self-test list that can exist for softmax is here."""
 

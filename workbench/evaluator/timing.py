@@ -72,6 +72,9 @@ class Timer:
         self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if self.cuda else None
         self.flush_ms = self._time_flush() if self.cuda else 0.0
         """GPU time of one flush, reported with the timing method."""
+        self.floors = self._time_floors() if self.cuda else {}
+        """Event windows with no work and with the smallest kernel, measured like a rep: what any per-call
+        figure includes beyond the kernels' own durations (the profiler's kernel sum excludes it)."""
 
     def _time_flush(self) -> float:
         times = []
@@ -83,6 +86,11 @@ class Timer:
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
         return statistics.median(times)
+
+    def _time_floors(self, n: int = 30) -> dict[str, float]:
+        tiny = torch.zeros(1, dtype=torch.int32, device="cuda")
+        return {"empty_window_ms": statistics.median(self._flushed_windows(lambda i: None, n, None)),
+                "tiny_kernel_window_ms": statistics.median(self._flushed_windows(lambda i: tiny.zero_(), n, None))}
 
     def flush(self) -> None:
         """Evict L2 by writing a buffer several times its size (enqueued; no host sync)."""
@@ -136,6 +144,17 @@ class Timer:
                 if keep is not None:
                     keep(i, out)
             return wall, out
+        outs: list[Any] = [None]
+
+        def call(i: int) -> None:
+            outs[0] = fn(**kwargs)
+            if keep is not None:
+                keep(i, outs[0])
+
+        return self._flushed_windows(call, n, refill), outs[0]
+
+    def _flushed_windows(self, work: Callable[[int], None], n: int, refill: Refill | None) -> list[float]:
+        """n event windows around work(i), each after refill(i) and the flush; one sync at the end."""
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         self.sync()
@@ -144,12 +163,36 @@ class Timer:
                 refill(i)
             self.flush()
             starts[i].record()
-            out = fn(**kwargs)
+            work(i)
             ends[i].record()
-            if keep is not None:
-                keep(i, out)
         torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)], out
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def capture(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """One call of fn recorded as a CUDA graph on the buffers in kwargs (already warmed up eagerly).
+
+        Returns:
+            (the graph, its static output: after each replay it holds the result for the buffers' current values).
+
+        Raises:
+            whatever capture raises: a call that syncs with the host, or launches on a stream outside the capture,
+            cannot be recorded; the caller reports that and keeps the event timing.
+        """
+        self.sync()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(**kwargs)
+        self.sync()
+        return graph, out
+
+    def graph_block(self, graph: Any, n: int, refill: Refill | None = None) -> list[float]:
+        """n timed replays of a captured call, each after refill(i) and the L2 flush, events around the replay.
+
+        This removes what the host adds per launch (Python, argument packing, one launch per kernel), which eager
+        event timing hides only while the host keeps ahead of the GPU: the figure a serving stack that replays
+        graphs would see, for launch-bound candidates and baselines alike.
+        """
+        return self._flushed_windows(lambda i: graph.replay(), n, refill)
 
     def isolated(self, fn: Callable[..., Any], kwargs: dict[str, Any],
                  refill: Refill | None = None) -> tuple[float, Any]:

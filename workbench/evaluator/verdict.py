@@ -20,7 +20,9 @@ QUARANTINE_FLOOR_MARGIN = 1.1
 """A time within 10% of the roofline floor is physically possible but needs review before it can count as best."""
 
 _ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_ms", "reps", "baseline_rel_err",
-               "err_ratio", "precision_flag", "seeds_checked", "spot_checks", "revalidated", "call_ms", "problem")
+               "err_ratio", "precision_flag", "seeds_checked", "spot_checks", "revalidated", "call_ms", "problem",
+               "graph_ms", "graph_ms_iqr", "baseline_graph_ms", "baseline_graph_ms_iqr", "graph_error",
+               "baseline_graph_error")
 
 
 def clean(value: Any) -> Any:
@@ -55,6 +57,9 @@ def shape_entry(row: dict[str, Any], task: "Task", device: str) -> dict[str, Any
         "floor_ms": task.floor_ms(row["name"], device),
     }
     entry.update({k: row[k] for k in _ROW_EXTRAS if k in row})
+    g, gb = row.get("graph_ms"), row.get("baseline_graph_ms")
+    if isinstance(g, (int, float)) and isinstance(gb, (int, float)) and g > 0:
+        entry["graph_speedup"] = gb / g
     return entry
 
 

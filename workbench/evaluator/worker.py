@@ -278,20 +278,49 @@ class Worker:
         if guard:
             return guard
         pool["last"], pool["last_set"] = last, after
-        spots = []
         seed = int(msg.get("subset_seed", 0))
-        for rep in sorted(saved):
-            values = []
-            for j, t in enumerate(saved[rep]):
-                if t is None:
-                    values.append(None)
-                    continue
-                flat = t.reshape(-1)
-                idx = self.inputs.subset_index(flat.numel(), seed + j).to(flat.device)
-                values.append(flat[idx])
-            spots.append({"rep": rep, "outputs": values})
+        spots = [{"rep": rep, "outputs": self._subset(saved[rep], seed)} for rep in sorted(saved)]
         saved.clear()
         return {"ok": True, "ms": ms, "wall": wall, "spots": self.slab_out.pack(spots)}
+
+    def _subset(self, values: list[Any], seed: int) -> list[Any]:
+        """The spot-check sample of each output (the harness draws the same indices from its expected outputs)."""
+        picked = []
+        for j, t in enumerate(values):
+            if t is None:
+                picked.append(None)
+                continue
+            flat = t.reshape(-1)
+            picked.append(flat[self.inputs.subset_index(flat.numel(), seed + j).to(flat.device)])
+        return picked
+
+    def op_graph(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Timed replays of forward captured once as a CUDA graph, fresh inputs per rep; the last rep's output is
+        sent back as a spot check. A call that cannot be captured is reported (graph_error), not failed: the
+        event timing stands on its own."""
+        torch = self.torch
+        key = int(msg["key"])
+        pool, buf = self.pools[key], self._buf(key)
+        plan = [int(i) for i in msg["plan"]]
+        timer = self._timer()
+        threads = self.guard.python_threads()
+        try:
+            if pool.get("graph") is None:
+                pool["graph"] = timer.capture(self.entry, buf)
+            graph, out = pool["graph"]
+            ms = timer.graph_block(graph, len(plan), refill=lambda i: self.inputs.refill(buf, pool["sets"][plan[i]]))
+        except BaseException as exc:  # noqa: BLE001
+            try:
+                torch.cuda.synchronize()  # a capture refused by the driver leaves the context usable ...
+            except BaseException:  # noqa: BLE001
+                return self._fail(exc)  # ... a fault does not: report it as any other fault
+            return self._violation() or {"ok": True, "graph_error": f"{type(exc).__name__}: {exc}"[:300]}
+        guard = self._violation() or self._threads_left(threads)
+        if guard:
+            return guard
+        values = [v.detach().clone() if type(v) is torch.Tensor else None for v in self._values(out)]
+        spots = [{"rep": len(plan) - 1, "outputs": self._subset(values, int(msg.get("subset_seed", 0)))}]
+        return {"ok": True, "ms": ms, "spots": self.slab_out.pack(spots)}
 
     def op_output(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The last timed call's full outputs, and whether forward changed the buffers it was given."""
@@ -326,7 +355,7 @@ class Worker:
     def serve(self) -> int:
         """Answer requests in order; exit 0 when the harness says so or closes the pipe."""
         ops = {"load": self.op_load, "run": self.op_run, "warmup": self.op_warmup, "time": self.op_time,
-               "output": self.op_output, "profile": self.op_profile}
+               "output": self.op_output, "profile": self.op_profile, "graph": self.op_graph}
         while True:
             frame = self.wire.read_frame(self.fd_in, self.cfg["max_frame"])
             if frame is None:
@@ -340,23 +369,49 @@ class Worker:
                 return 3  # a CUDA fault leaves the context unusable: never run anything else in it
 
 
+def _read_config() -> dict[str, Any] | None:
+    """The configuration from stdin; None when the owner closed it unsent (a pre-started pair never used)."""
+    text = sys.stdin.read()
+    return json.loads(text) if text.strip() else None
+
+
 def main() -> int:
-    """Entry point: read the config, import torch and triton before the candidate, then serve."""
+    """Entry point: import torch and triton (and warm up the device) first, then wait for the configuration.
+
+    The device comes on the command line so that everything before the configuration can run while the pair
+    waits to be used (workbench.evaluator.prestart); the candidate is only named in the configuration.
+    """
     faulthandler.enable()
-    cfg = json.loads(sys.stdin.read())
+    device = sys.argv[1] if len(sys.argv) > 1 else None
+    if device is None:
+        cfg = _read_config()
+        if cfg is None:
+            return 0
+        device = cfg["device"]
     import numpy  # noqa: F401  - loaded before the candidate so it is not counted as the candidate's import
     import torch
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
     warming = None
-    if cfg["device"] == "cuda":
+    if device == "cuda":
         from workbench.evaluator import warm
 
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.cuda.init()  # the context is made while the harness sets up, not at the first request
         warming = warm.start("cuda")
+    # The worker's own modules, imported before the candidate so its sys.modules diff sees only its own imports.
+    from workbench.evaluator import inputs, slab, timing, wire  # noqa: F401
+    from workbench.evaluator.guards import runtime  # noqa: F401
+
+    if len(sys.argv) > 1:
+        cfg = _read_config()
+        if cfg is None:
+            return 0
+    if cfg["device"] != device:
+        print(f"worker started for {device} but configured for {cfg['device']}", file=sys.stderr)
+        return 2
     return Worker(cfg, warming).serve()
 
 

@@ -23,6 +23,7 @@ _TOP_KEYS = {
     "entry": True,
     "outputs": True,
     "plausible_speedup": False,
+    "graph_timing": False,
     "tolerance": True,
     "roofline": True,
     "forbidden": False,
@@ -148,6 +149,9 @@ def _parse(path: Path, folder_name: str) -> Task:
     entry = c.string(data["entry"], "entry", ident=True)
     outputs = c.strings(data["outputs"], "outputs", ident=True, nonempty=True)
     plausible = c.number(data.get("plausible_speedup", DEFAULT_PLAUSIBLE_SPEEDUP), "plausible_speedup", minimum=1.0)
+    graph_timing = data.get("graph_timing", False)
+    if not isinstance(graph_timing, bool):
+        raise c.fail("graph_timing", f"must be true or false, got {_tname(graph_timing)}")
 
     tol = c.table(data["tolerance"], "tolerance")
     c.keys(tol, {"metric": True, "value": True, "per_output": False}, "tolerance.")
@@ -204,6 +208,7 @@ def _parse(path: Path, folder_name: str) -> Task:
         forbidden_imports=imports,
         forbidden_torch_ops=torch_ops,
         plausible_speedup=plausible,
+        graph_timing=graph_timing,
         shapes=shapes,
         dir=folder,
         reference=files["reference"],

@@ -62,6 +62,8 @@ class Task:
     reference: Path
     seed: Path
     baseline: Path | None = None
+    graph_timing: bool = False
+    """Also time both sides under CUDA graphs by default (launch-bound tasks: the figure a serving stack sees)."""
     _trees: dict[str, ast.Expression] = field(default_factory=dict, repr=False, compare=False)
 
     def tol(self, output: str) -> float:
@@ -132,6 +134,7 @@ class Task:
             "roofline": dict(self.roofline),
             "forbidden": {"imports": list(self.forbidden_imports), "torch_ops": list(self.forbidden_torch_ops)},
             "plausible_speedup": self.plausible_speedup,
+            "graph_timing": self.graph_timing,
             "shapes": shapes,
             "files": {
                 "reference": str(self.reference),
