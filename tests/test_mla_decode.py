@@ -104,9 +104,15 @@ def test_split_paths(forced, expect, monkeypatch):
     assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT
 
 
-def test_empty_splits_are_never_merged(monkeypatch):
-    """Row 0 has length 1, so splits 1-3 are empty there; NaN scratch would leak into o or lse if merged."""
+@pytest.mark.parametrize("merge_heads", [1, 4])
+def test_empty_splits_are_never_merged(merge_heads, monkeypatch):
+    """Row 0 has length 1, so splits 1-3 are empty there; NaN scratch would leak into o or lse if merged.
+
+    With 4 (batch, head) rows per merge program, rows of different lengths share a program and the last of the
+    15 rows' groups is partial: each row must still use its own length.
+    """
     monkeypatch.setitem(OURS.CONFIG, "BLOCK_N", 32)
+    monkeypatch.setitem(OURS.CONFIG, "MERGE_HEADS", merge_heads)
     inputs = _inputs(6, **RAGGED)
     b, h = 3, 5
     splits, split_len = OURS.split_plan(b, h, 97, torch.device("cpu"), 4, block_n=32)
@@ -148,3 +154,132 @@ def test_default_plan_fills_the_gpu_and_skips_stage_two_when_batch_does():
         assert OURS.split_plan(64, 128, 8192, cuda, block_n=32) == (1, 8192)
     finally:
         OURS._sm_count = real
+
+
+def _poison_past_lengths(inputs: dict) -> None:
+    """NaN in the cache rows at or past each length: the contract lets them hold anything."""
+    kv, lens = inputs["kv_cache"], inputs["cache_seqlens"]
+    kv[torch.arange(kv.shape[1])[None, :] >= lens.to(torch.int64)[:, None]] = math.nan
+
+
+@pytest.mark.parametrize("cfg", [
+    {"LOAD": "peeled", "BLOCK_N": 32},
+    {"LOAD": "tma", "BLOCK_N": 32},
+    {"LOAD": "tma", "BLOCK_N": 16},
+    {"BLOCK_H": 16, "num_warps": 4, "BLOCK_N": 32},
+    {"BLOCK_H": 32, "LOAD": "peeled", "BLOCK_N": 16},
+    {"BLOCK_N": 16, "PDL": True, "MERGE_HEADS": 4},
+    {"BLOCK_N": 32, "MERGE_HEADS": 2, "MERGE_BLOCK_D": 128},
+])
+def test_variants_match_oracle_with_nan_past_lengths(cfg):
+    """Every load mode and head-group size, over ragged rows whose tails are NaN, at one and several splits.
+
+    N=97 with 16/32-row tiles leaves a partial tail tile in most splits, and row 0 (length 1) has no full tile at
+    all; any unmasked read past a length turns o into NaN. H=5 leaves the last head group partly empty.
+    """
+    inputs = _inputs(9, **RAGGED)
+    ref_o, ref_lse = REF.forward(**inputs)
+    _poison_past_lengths(inputs)
+    for forced in (1, 2, 3):
+        o, lse = OURS.forward(**inputs, num_splits=forced, config=cfg)
+        assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT, (cfg, forced)
+
+
+def test_config_overrides_are_per_call_and_validated():
+    before = dict(OURS.CONFIG)
+    assert OURS.resolve({"BLOCK_H": 16})["BLOCK_H"] == 16
+    assert OURS.CONFIG == before
+    with pytest.raises(ValueError, match="unknown config key 'BLOCK_M'"):
+        OURS.resolve({"BLOCK_M": 16})
+    inputs = _inputs(10, B=1, H=3, N=50)
+    with pytest.raises(ValueError, match="unknown config key"):
+        OURS.forward(**inputs, config={"warps": 4})
+
+
+def test_shipped_config_is_in_its_tunables():
+    for key, value in OURS.CONFIG.items():
+        assert value in OURS.TUNABLES[key], key
+
+
+def test_auto_plan_counts_head_groups(monkeypatch):
+    """Fewer heads per program means more programs per split: at M1, 16 heads give 4 groups x 32 splits."""
+    monkeypatch.setattr(OURS, "_sm_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert OURS.split_plan(1, 64, 8192, cuda, config={"BLOCK_H": 16}) == (32, 256)
+    assert OURS.split_plan(1, 64, 8192, cuda, config={"BLOCK_H": 32}) == (64, 128)
+    assert OURS.split_plan(32, 64, 8192, cuda, config={"BLOCK_H": 16}) == (1, 8192)
+
+
+def test_variant_sweep_checker_runs_on_the_interpreter():
+    """The device sweep's per-variant check (NaN tails, NaN scratch, forced splits) on a CPU held-out shape,
+    and it must reject a broken kernel: one that leaves the last batch row's output unwritten (zeros)."""
+    import importlib.util
+
+    path = KERNELS.parent / "benchmarks" / "mla_variants.py"
+    spec = importlib.util.spec_from_file_location("mla_variants_test", path)
+    mv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mv)
+    shapes = [(s["name"], s["params"]) for s in TASK["shapes"]["heldout_cpu"] if s["name"] == "HC1"]
+    mv.VARIANTS["cpu-tma"] = ({"LOAD": "tma", "BLOCK_N": 16, "BLOCK_H": 16}, "test")
+    result = mv.check_variant("cpu-tma", device="cpu", shapes=shapes, forced_on=("HC1",))
+    assert result["ok"], result["checks"]
+    # N=65 is 5 tiles of 16: forcing 4 splits gives 3 of 32 rows, forcing 64 gives one a tile.
+    assert [r["shape"] for r in result["checks"]] == ["HC1", "HC1/S=1", "HC1/S=3", "HC1/S=5"]
+    real = mv.OURS.attend_into
+
+    def drops_last_row(*args, **kwargs):
+        real(*args, **kwargs)
+        # Only the checker's forced-split calls pass o by keyword; forward's own calls go through untouched.
+        if "o" in kwargs:
+            kwargs["o"][-1] = 0.0
+
+    mv.OURS.attend_into = drops_last_row
+    try:
+        broken = mv.check_variant("cpu-tma", device="cpu", shapes=shapes, forced_on=("HC1",))
+    finally:
+        mv.OURS.attend_into = real
+    assert not broken["ok"]
+    assert [r["ok"] for r in broken["checks"]] == [True, False, False, False]
+
+
+def test_tma_default_falls_back_on_a_strided_cache():
+    """The shipped LOAD is "tma", which needs [B*N, 576] contiguous rows; a cache sliced out of wider rows must
+    take the pointer path and still be right, not fail or read the wrong columns."""
+    assert OURS.CONFIG["LOAD"] == "tma"
+    inputs = _inputs(11, B=2, H=4, N=70, lengths="ragged")
+    wide = torch.full((2, 70, 600), math.nan)
+    wide[:, :, :576] = inputs["kv_cache"]
+    inputs["kv_cache"] = wide[:, :, :576]
+    assert not OURS.tma_ok(inputs["kv_cache"])
+    ref_o, ref_lse = REF.forward(**inputs)
+    o, lse = OURS.forward(**inputs, num_splits=2, config={"BLOCK_N": 16})
+    assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT
+
+
+def test_merge_rows_per_program_shrink_with_many_splits(monkeypatch):
+    """MERGE_HEADS is a ceiling: the merge launch sees fewer rows per program when the split count is large
+    (64 rows at 4 splits: 8 programs of 8 rows x 256 columns; at 128 splits 2 rows x 32 columns)."""
+    seen = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.append((grid, kw["BLOCK_M"], kw["BLOCK_S"], kw["BLOCK_D"],
+                                                    kw["num_warps"], "launch_pdl" in kw))
+
+    class Skip:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: None
+
+    monkeypatch.setattr(OURS, "_mla_split_attend", Skip())
+    monkeypatch.setattr(OURS, "_mla_merge_splits", Spy())
+    # PDL is asked for but these are CPU tensors: no launch_pdl may reach the interpreter.
+    cfg = {"MERGE_HEADS": 8, "PDL": True}
+    for splits in (4, 128):
+        q = torch.zeros(1, 64, 576)
+        kv = torch.zeros(1, 64 * splits, 576)
+        o, lse = torch.zeros(1, 64, 512), torch.zeros(1, 64)
+        op, lp = OURS.partial_buffers(1, 64, splits, q.device)
+        OURS.attend_into(q, kv, torch.tensor([kv.shape[1]], dtype=torch.int32), 0.1, o, lse, op, lp, splits, 64,
+                         config=cfg)
+    assert seen[0] == ((8, 2), 8, 4, 256, 4, False)
+    assert seen[1] == ((32, 16), 2, 128, 32, 4, False)

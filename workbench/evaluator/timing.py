@@ -24,6 +24,13 @@ MIN_REPS, MAX_REPS = 100, 600
 """... and at least MIN_REPS reps (HARNESS.md asks for 100 or 300 ms), at most MAX_REPS."""
 MAX_SIDE_MS = 20_000.0
 """A very slow candidate gets fewer reps rather than a minute-long measurement (it has lost anyway)."""
+HOST_AHEAD_MS = 0.3
+"""Host time budgeted per rep when a block is gated: the GPU first sleeps this long per rep, so the host has
+enqueued every rep (refill, flush, events, the call) before the first window opens. Without the gate a host
+stall (an nvidia-smi query holding the driver lock, a busy CPU) drains the queue and a short kernel's window
+then includes waiting for its own launch: seen on the H200 as S2 medians of 23-32 us against 21 us."""
+GATE_MAX_MS = 40.0
+"""The gate's upper bound; longer blocks are rare (reps are sized to about 150 ms of kernels per side)."""
 CPU_REPS = 2
 """Interpreter timings are not comparable; a couple of reps only record them."""
 
@@ -70,6 +77,7 @@ class Timer:
     def __init__(self, device: str):
         self.cuda = device == "cuda"
         self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if self.cuda else None
+        self._cycles_per_ms = self._sleep_rate() if self.cuda else 0.0
         self.flush_ms = self._time_flush() if self.cuda else 0.0
         """GPU time of one flush, reported with the timing method."""
         self.floors = self._time_floors() if self.cuda else {}
@@ -86,6 +94,23 @@ class Timer:
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
         return statistics.median(times)
+
+    @staticmethod
+    def _sleep_rate() -> float:
+        """GPU sleep cycles per ms of torch.cuda._sleep, measured (clock rates differ and boost)."""
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # first call loads the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        return cycles / max(start.elapsed_time(end), 1e-3)
+
+    def gate(self, n: int) -> None:
+        """Hold the stream (a GPU sleep) while the host enqueues n reps behind it."""
+        ms = min(GATE_MAX_MS, n * HOST_AHEAD_MS)
+        torch.cuda._sleep(int(ms * self._cycles_per_ms))
 
     def _time_floors(self, n: int = 30) -> dict[str, float]:
         tiny = torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -122,11 +147,10 @@ class Timer:
         """n timed reps, enqueued back to back with one device-wide synchronise at the end.
 
         Each CUDA rep enqueues: refill(i) (new input values into the same buffers), the L2 flush, the start event,
-        the call, the end event, then keep(i, out) for reps the caller wants to check. The host runs ahead of the
-        GPU (the refill and flush take far longer on the GPU than one launch takes on the host), so when the start
-        event executes the kernel is already queued behind it: the events measure GPU time, without the host's
-        launch latency and without a sync per rep (a sync per rep let launch latency leak into the window and
-        spread the reps). Work that escapes the current stream is caught elsewhere: the profiler cross-check and
+        the call, the end event, then keep(i, out) for reps the caller wants to check. The whole block waits behind
+        a GPU sleep long enough for the host to enqueue it (gate), so when a start event executes its kernel is
+        already queued behind it: the events measure GPU time, without the host's launch latency and without a
+        sync per rep (a sync per rep let launch latency leak into the window and spread the reps). Work that escapes the current stream is caught elsewhere: the profiler cross-check and
         the spot checks of kept outputs.
 
         Returns:
@@ -154,10 +178,11 @@ class Timer:
         return self._flushed_windows(call, n, refill), outs[0]
 
     def _flushed_windows(self, work: Callable[[int], None], n: int, refill: Refill | None) -> list[float]:
-        """n event windows around work(i), each after refill(i) and the flush; one sync at the end."""
+        """n event windows around work(i), each after refill(i) and the flush, behind a gate; one sync at the end."""
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         self.sync()
+        self.gate(n)
         for i in range(n):
             if refill is not None:
                 refill(i)

@@ -41,7 +41,8 @@ def build(task: "Task", rows: list[dict[str, Any]], compile_stats: list[dict[str
             "kernel_ms": prof.get("kernel_ms"),
             "event_vs_kernel": prof.get("event_vs_kernel"),
             "event_overhead_us": prof.get("event_overhead_us"),
-            "launch_floor_us": prof.get("launch_floor_us"),
+            "launch_overhead_us": prof.get("launch_overhead_us"),
+            "event_net_vs_kernel": prof.get("event_net_vs_kernel"),
             "calls": prof.get("calls"),
             "kernels": prof.get("kernels", []),
             "baseline_kernels": prof.get("baseline_kernels", []),
@@ -64,9 +65,9 @@ def format_profile(profile: dict[str, Any]) -> list[str]:
         roof = shape["roofline"]
         agree = shape.get("event_vs_kernel")
         extra = f", events/kernel sum {agree:.3f}" if agree else ""
-        if agree and shape.get("launch_floor_us") is not None:
-            extra += (f" ({shape['event_overhead_us']:.1f} us apart; the smallest kernel's window is "
-                      f"{shape['launch_floor_us']:.1f} us)")
+        if agree and shape.get("event_net_vs_kernel") is not None:
+            extra += (f" ({shape['event_net_vs_kernel']:.3f} less {shape['launch_overhead_us']:.1f} us of "
+                      f"window overhead)")
         lines.append(f"{shape['name']}: {shape['ms']:.4g} ms, {roof['bound']}-bound ({roof['reason']}){extra}")
         lines += kernels_mod.format_table(shape.get("kernels") or [], indent="    ")
         if shape.get("baseline_kernels"):
