@@ -9,7 +9,9 @@ table last and writes everything to OUT/kda_bench.json.
 
 --quick is the iteration mode for short leases: no FLA; each variant is compiled and checked against the fp64
 oracle in its own process (a faulting variant takes only itself down), then timed per kernel on --shapes.
---prewarm-fla compiles FLA for every distinct H in parallel processes before a full run.
+--prewarm-fla compiles FLA for every distinct H in parallel processes before a full run. --profile-one NAME:cfg
+(or @PICK.json, the --pick file of a --quick run) makes one call of a variant on the first of --shapes between
+cudaProfilerStart/Stop, for ncu; --summarize-source prints the hottest lines of ncu's source-page CSV.
 
 FLA is imported through kernels/kda/baseline.py (FLA_FLASH_KDA=0, FLA_TILELANG=0): this is a trusted
 benchmark process, not the evaluator's candidate process.
@@ -94,6 +96,63 @@ def warm_variant(arg_json):
         torch.cuda.synchronize()
         errs[cname] = [rel_rms(o.float(), ro.float()), rel_rms(s, rs.float())]
     Path(spec["checks_out"]).write_text(json.dumps(errs))
+
+
+def profile_one(spec, shape_name):
+    """Under ncu (--profile-from-start off): one warm call of a variant on a task shape, then one more between
+    cudaProfilerStart and Stop, so that only the measured call's kernels are replayed."""
+    import torch
+    from kernels.kda import kda_chunked, reference
+    if spec.startswith("@"):
+        # the --pick file of a --quick run: {"name": ..., "config": {...}} (None values keep CONFIG's)
+        picked = json.loads(Path(spec[1:]).read_text())
+        cfg = {key: val for key, val in picked["config"].items() if val is not None}
+        print("profiling", picked["name"], json.dumps(cfg), flush=True)
+    else:
+        _, cfg = parse_variant(spec)
+    task = tomllib.loads((TASK_DIR / "task.toml").read_text())
+    params = {s["name"]: s["params"] for s in task["shapes"]["cuda"]}[shape_name]
+    inp = reference.make_inputs(params, 0, "cuda")
+    kda_chunked.kda_chunked(**inp, **cfg)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    kda_chunked.kda_chunked(**inp, **cfg)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def summarize_source(csv_path, top=20):
+    """Print the hottest rows of an `ncu --page source --csv` export (one row per source line or SASS
+    instruction), by warp-stall samples, so that a short log already says where the prep spends its time. The
+    column names differ between ncu versions, so they are matched loosely."""
+    import csv
+    with open(csv_path, newline="") as fh:
+        rows = [r for r in csv.reader(fh) if r]
+    head = next((i for i, r in enumerate(rows) if any("Sampling" in c or "Source" in c for c in r)), None)
+    if head is None:
+        print(f"{csv_path}: no header with a Source or Sampling column; first line: {rows[:1]}")
+        return
+    cols = rows[head]
+    samp = next((i for i, c in enumerate(cols) if "Warp Stall Sampling (All" in c),
+                next((i for i, c in enumerate(cols) if "Sampling" in c), None))
+    text = next((i for i, c in enumerate(cols) if c.strip() in ("Source", "Source Line")),
+                next((i for i, c in enumerate(cols) if "Source" in c), 0))
+    line = next((i for i, c in enumerate(cols) if c.strip() in ("#", "Line", "Address")), None)
+    if samp is None:
+        print(f"{csv_path}: no sampling column in {cols}")
+        return
+
+    def num(x):
+        try:
+            return float(x.replace(",", ""))
+        except ValueError:
+            return 0.0
+    body = [r for r in rows[head + 1:] if len(r) > max(samp, text)]
+    total = sum(num(r[samp]) for r in body) or 1.0
+    print(f"{Path(csv_path).name}: {len(body)} rows, {total:.0f} stall samples; top {top} ({cols[samp]})")
+    for r in sorted(body, key=lambda r: -num(r[samp]))[:top]:
+        where = r[line] if line is not None else ""
+        print(f"{100 * num(r[samp]) / total:5.1f}% {where:>8} {r[text].strip()[:110]}")
 
 
 def warm_fla(params_json):
@@ -203,9 +262,9 @@ def quick(args):
                                                         "compile_s": compile_s}, indent=1))
     if args.pick:
         # fastest on the sum of time ratios to the best over the timed shapes, among variants whose every check
-        # stays below 90% of the tolerance
+        # stays below --pick-margin times the tolerance
         ok = [n for n in variants if "error" not in rows[n]
-              and all(rows[n][c + s] <= 0.9 * tol for c in QUICK_CHECKS for s in ("_o", "_s"))]
+              and all(rows[n][c + s] <= args.pick_margin * tol for c in QUICK_CHECKS for s in ("_o", "_s"))]
         best = {s: min(rows[n][s + "_ms"] for n in ok) for s in names} if ok else {}
         pick = min(ok, key=lambda n: sum(rows[n][s + "_ms"] / best[s] for s in names)) if ok else "main"
         Path(args.pick).write_text(json.dumps({"name": pick,
@@ -217,6 +276,19 @@ def quick(args):
         bad = not all(r[c + "_o"] <= tol and r[c + "_s"] <= tol for c in QUICK_CHECKS)
         times = " ".join(f"{s}:{r[s + '_ms']:.3f} {r[s + '_kernels']}" for s in names)
         print(f"{name:10} {'BAD ' if bad else ''}{errs} | {times} | {r.get('resources', '')} {r.get('error', '')}")
+    # compact table last: worst error over the checks, then total / prep / scan ms per shape
+    print(f"\n{'variant':8} {'max_err':>8} " + " ".join(f"{s + ' tot/prep/scan':>20}" for s in names)
+          + "  prep regs/spill/smem")
+    for name, r in rows.items():
+        worst = max(r[c + s] for c in QUICK_CHECKS for s in ("_o", "_s"))
+        cells = []
+        for s in names:
+            kern = r[s + "_kernels"]
+            cells.append(f"{r[s + '_ms']:.3f}/{kern.get('_kda_prep', float('nan')):.3f}/"
+                         f"{kern.get('_kda_scan', float('nan')):.3f}")
+        flag = "" if worst <= tol else " BAD"
+        print(f"{name[:8]:8} {worst:8.2e} " + " ".join(f"{c:>20}" for c in cells)
+              + f"  {r.get('resources', {}).get('prep', '')}{flag} {r.get('error', '')}")
 
 
 def main():
@@ -230,15 +302,28 @@ def main():
                     help="ours only (no FLA): each variant's error on short shapes and per-kernel times")
     ap.add_argument("--old", help="path of an earlier kda_chunked.py to time beside the variants (--quick)")
     ap.add_argument("--pick", help="--quick: write the fastest variant within tolerance here, as JSON")
+    ap.add_argument("--pick-margin", type=float, default=0.9,
+                    help="--pick: only variants whose every check error is below this fraction of the tolerance")
     ap.add_argument("--wait-for", help="--quick: before timing, wait (up to 150 s) until this file exists")
     ap.add_argument("--prewarm-fla", metavar="DONE_FILE",
                     help="compile FLA for every distinct H of the cuda shapes in parallel processes, then create "
                          "DONE_FILE; the autotune choices are not cached, so a later run re-tunes on a quiet GPU")
+    ap.add_argument("--profile-one", metavar="NAME:key=val,... | @PICK.json",
+                    help="one call of this variant on the first of --shapes between cudaProfilerStart/Stop "
+                         "(run it under ncu --profile-from-start off)")
+    ap.add_argument("--summarize-source", metavar="CSV",
+                    help="print the hottest lines of an `ncu --page source --csv` export by stall samples")
     ap.add_argument("--warm", help=argparse.SUPPRESS)
     ap.add_argument("--warm-fla", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.warm:
         warm_variant(args.warm)
+        return
+    if args.summarize_source:
+        summarize_source(args.summarize_source)
+        return
+    if args.profile_one:
+        profile_one(args.profile_one, (args.shapes or "K1").split(",")[0])
         return
     if args.warm_fla:
         warm_fla(args.warm_fla)

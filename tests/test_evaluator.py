@@ -599,3 +599,24 @@ def test_profile_command_prints_table_deltas_and_json(monkeypatch, capsys, tmp_p
     assert "--ncu needs an NVIDIA GPU" in capsys.readouterr().err
     assert cli.main(["profile", "softmax", str(SEED), "--sanitize", "memcheck"]) == 2
     assert "--sanitize needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_precision_is_judged_per_output_against_its_own_tolerance():
+    """MLA has o at 1.5e-2 and lse at 2e-3: the baseline's o error must not be held against lse's tolerance."""
+    from workbench.evaluator.harness import Harness
+
+    harness = Harness({"fd_parent": -1, "device": "cpu"})
+    row = {"rel_err_by_output": {"o": 2e-3, "lse": 1.5e-7}, "baseline_rel_err_by_output": {"o": 5.6e-3, "lse": 4.7e-5}}
+    harness._precision(row, "M1", {"o": 1.5e-2, "lse": 2e-3})
+    assert harness.warnings == [] and "precision_flag" not in row
+    assert row["err_ratio"] == pytest.approx(2e-3 / 5.6e-3)
+    # A candidate ten times less precise than the baseline on lse, and near lse's tolerance, is flagged on lse.
+    row = {"rel_err_by_output": {"o": 2e-3, "lse": 1.8e-3}, "baseline_rel_err_by_output": {"o": 5.6e-3, "lse": 4.7e-5}}
+    harness._precision(row, "M1", {"o": 1.5e-2, "lse": 2e-3})
+    assert row["precision_flag"] is True
+    assert len(harness.warnings) == 1 and "on lse" in harness.warnings[0]
+    # A baseline whose own error nears an output's tolerance is reported, naming that output.
+    harness.warnings.clear()
+    harness._precision({"rel_err_by_output": {"o": 1e-2}, "baseline_rel_err_by_output": {"o": 1.3e-2}}, "X",
+                       {"o": 1.5e-2})
+    assert harness.warnings and "error on o" in harness.warnings[0]

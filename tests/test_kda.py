@@ -93,10 +93,40 @@ def test_chunked_accumulates_over_k_slices():
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 
-def test_chunked_rejects_unknown_launch_parameters():
+@pytest.mark.parametrize("params", [
+    {"B": 1, "T": 100, "H": 2, "K": 32, "V": 16, "gate": "lower_bound"},
+    {"B": 2, "T": 70, "H": 1, "K": 32, "V": 32, "gate": "mild", "h0": False},
+])
+def test_two_k_slices_at_the_gate_bound_and_partial_chunks_match_oracle(params):
+    """Two K slices, all g = -5 (largest column factors) and a partial chunk, with and without h0."""
+    inp = _inputs(4, **params)
+    ro, rs = REF.forward(**inp)
+    o, s = OURS.kda_chunked(**inp, BK=16, BVP=16)
+    assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
+
+
+@pytest.mark.parametrize("params", [
+    {"B": 1, "T": 37, "H": 2, "K": 16, "V": 16},
+    {"B": 1, "T": 130, "H": 1, "K": 16, "V": 16, "gate": "lower_bound"},
+    {"B": 1, "T": 150, "H": 2, "K": 32, "V": 16, "gate": "lower_bound"},
+])
+def test_one_k_slice_matches_oracle(params):
+    """BK = K, one slice (the default BK 64 covers K <= 64 in one): a chunk shorter than 64 rows, and three
+    chunks with g = -5 and h0, the last off the 16-row grid, where exponent slips show first."""
+    inp = _inputs(5, **params)
+    ro, rs = REF.forward(**inp)
+    o, s = OURS.kda_chunked(**inp)
+    assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
+
+
+@pytest.mark.parametrize("name", ["BKK", "fsub_t", "inv_dots", "post_mask", "prep_maxnreg", "anchor_sums"])
+def test_chunked_rejects_unknown_launch_parameters(name):
+    """Removed experiments (fsub_t is now the only path; the others lost on the H200) must fail loudly, in one
+    line, rather than be silently ignored by a benchmark or a tuner that still passes them."""
     inp = _inputs(0, B=1, T=4, H=1, K=16, V=16)
-    with pytest.raises(TypeError, match="unknown launch parameters"):
-        OURS.kda_chunked(**inp, BKK=16)
+    with pytest.raises(TypeError, match="unknown launch parameters") as err:
+        OURS.kda_chunked(**inp, **{name: 1})
+    assert name in str(err.value) and "\n" not in str(err.value)
 
 
 def test_chunked_is_causal_inside_a_chunk():

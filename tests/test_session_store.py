@@ -12,6 +12,7 @@ import pytest
 import workbench.session.atomic as atomic
 import workbench.session.store as store_module
 from workbench.journal import JournalLocked, read_events
+from workbench.session import summary
 from workbench.session import SCHEMA_VERSION, SessionError, SessionStore, write_toml_atomic
 
 BUDGET = {"hours": 2.5, "attempts": 40}
@@ -233,7 +234,29 @@ def test_checkpoint_of_a_state_object_goes_under_state(store: SessionStore) -> N
     assert meta["state"] == State().to_dict()
     carried = (meta["task"], meta["model"], meta["budget"], meta["checkpoint_seq"])
     assert carried == ("softmax", "claude-opus", BUDGET, 1)
-    assert store.list()[0]["state"]["best"] == 4
+    listed = store.list()[0]
+    assert "state" not in listed  # the list reads session.toml only up to [state]
+    assert summary.of(listed) == {"task": "softmax", "agent": listed["agent"], "created": listed["created"],
+                                  "status": "running", "best": 4, "best_speedup": 1.7, "attempts": 1}
+
+
+def test_list_reads_only_the_head_and_falls_back_for_older_files(store: SessionStore) -> None:
+    class State:
+        def to_dict(self) -> dict:
+            return {"status": "stopped", "best": 1, "attempts": {"1": {"speedup": 2.5, "source": "x" * 100_000}}}
+
+    with new(store) as files:
+        files.journal.append("goal.set", {})
+        files.write_checkpoint(State())
+        path = files.dir / "session.toml"
+    text = path.read_text()
+    assert text.index("[summary]") < text.index("[state]")
+    # A [state] the list would choke on proves it is never parsed there.
+    path.write_text(text.replace("[state]", "[state]\nthis is = = not toml", 1))
+    assert summary.of(store.list()[0])["best_speedup"] == 2.5
+    # A file from before [summary] existed is read whole and summarised from its state.
+    path.write_text(text.replace("[summary]", "[old_summary]", 1))
+    assert summary.of(store.list()[0])["best_speedup"] == 2.5
 
 
 def test_checkpoint_of_a_rewritten_journal_is_not_usable(store: SessionStore) -> None:

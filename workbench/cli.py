@@ -361,16 +361,16 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not rows:
         print(f"no sessions under {_sessions_dir(args)}")
+    from workbench.session import summary
+
     for row in rows:
         if row.get("error"):
             print(f"{row.get('id', '?'):<40} error: {row['error']}")
             continue
-        state = row.get("state", {})
-        best = state.get("best")
-        best_attempt = state.get("attempts", {}).get(str(best), {}) if best is not None else {}
-        speed = f"{best_attempt['speedup']:.3f}x" if best_attempt.get("speedup") is not None else "-"
-        print(f"{row['id']:<40} {row.get('task', ''):<12} {row.get('agent', ''):<7} "
-              f"{state.get('status', row.get('status', '')):<9} attempts {len(state.get('attempts', {})):<5} best {speed}")
+        info = summary.of(row)
+        speed = f"{info['best_speedup']:.3f}x" if info.get("best_speedup") is not None else "-"
+        print(f"{row['id']:<40} {info.get('task', ''):<12} {info.get('agent', ''):<7} "
+              f"{info.get('status', ''):<9} attempts {info.get('attempts', 0):<5} best {speed}")
     return EXIT_OK
 
 

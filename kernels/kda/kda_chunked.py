@@ -17,10 +17,10 @@ decay the state nor add to it.
 Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, anchors,
 and eight tensor-core products of row-masked rows against each row block's own columns, accumulated in place)
 stores qg, kg, gc, Aqk and beta Gamma K (parked in w) and keeps L in registers; then the four 16x16 diagonal
-blocks of I + L are inverted by forward substitution in fp32 and merged with four tf32 products, and
-W = M (beta Gamma K) overwrites the parked values while U = M (beta V) is written. The scan reads the
-intermediates once per V-block and writes o and the final state, so no per-chunk state goes to memory. Two
-launches in all, against FLA's six.
+blocks of I + L, transposed once so that the 15 dependent steps need no layout change, are inverted by forward
+substitution in fp32 and merged with four tf32 products, and W = M (beta Gamma K) overwrites the parked values
+while U = M (beta V) is written. The scan reads the intermediates once per V-block and writes o and the final
+state, so no per-chunk state goes to memory. Two launches in all, against FLA's six.
 """
 
 import torch
@@ -31,11 +31,18 @@ BT = 64  # chunk length
 
 # The last compiled kernels launched, by name, so benchmarks can report registers, spills and shared memory.
 LAUNCHED = {}
-# BV: V columns per scan program (None picks by B*H so that about 128 programs run). BK / BVP: K and V columns
-# per step of the preparation kernel; prep_warps: its warps. H200, 2026-11-30 (benchmarks/RESULTS.md): BK 64
-# took the prep from 1.37 to 1.08 ms at K1 against BK 32, 8 prep warps doubled it; scan num_stages 3 beat 2 on
-# every shape in the 2026-11-29 sweep.
-CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4}
+# BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
+# per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms
+# on 2026-11-30 (benchmarks/RESULTS.md has the tables); this CONFIG: 1.248-1.254.
+#   kept knobs: prep_stages 1: 1.313, 3: 1.274; BV 32: 1.441; scan_warps 8: 1.475; BK 32: prep 1.37 ms (1.08)
+#   untransposed forward substitution: 1.258-1.263, same errors (also in benchmarks/kda_stress.py); removed
+#   removed: row blocks masked after the products 1.283 (1.274 with 2 stages); K loop unrolled 1.300
+#   removed: prep register cap 168: 1.416, 128: 1.958 (spills); block-local anchors 1.376
+#   removed: anchors from block sums 1.753 (of the tile) / 1.429 (of a second load); cumsum by tf32 products 1.985
+#   removed: diagonal inverse by powers of L: NaN in tf32 on identical keys, 1.294 in tf32x3
+# Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
+CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
+          "prep_stages": 2}
 
 
 @triton.jit
@@ -59,24 +66,83 @@ def _row(x, rr, i):
 
 
 @triton.jit
-def _inv_blocks(Ld):
-    """(I + L_b)^-1 for each strictly lower 16x16 block L_b of Ld [4, 16, 16], by forward substitution in fp32."""
+def _inv_blocks_t(Lt):
+    """(I + L_b)^-1 for each strictly lower 16x16 block L_b, by forward substitution in fp32, from the transposed
+    blocks Lt[b, j, i] = L_b[i, j] [4, 16, 16]: row i of L_b is then a sum over the last axis and the update a
+    sum over the middle one, and each result broadcasts back along the axis it was reduced over, so the 15
+    dependent steps need no layout conversion (the transpose is done once, before)."""
     r = tl.arange(0, 16)
     R = r[None, :, None]
-    X = tl.where(R == r[None, None, :], 1.0, 0.0) + tl.zeros([4, 16, 16], dtype=tl.float32)
+    C = r[None, None, :]
+    X = tl.where(R == C, 1.0, 0.0) + tl.zeros([4, 16, 16], dtype=tl.float32)
     for i in tl.static_range(1, 16):
-        li = tl.sum(tl.where(R == i, Ld, 0.0), 1)
+        li = tl.sum(tl.where(C == i, Lt, 0.0), 2)
         upd = tl.sum(li[:, :, None] * X, 1)
         X = tl.where(R == i, X - upd[:, None, :], X)
     return X
 
 
 @triton.jit
+def _intra_slice(kk, qb, kb, gb, bt, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, aqk_acc, K: tl.constexpr,
+                 BK: tl.constexpr):
+    """One BK-column slice of _intra: stores its columns of qg, kg, beta Gamma K and gc, and adds its part of
+    Akk and Aqk to the accumulators."""
+    LN2INV: tl.constexpr = 1.4426950408889634
+    op_ty = qb.dtype.element_ty
+    r64 = tl.arange(0, 64)
+    rr = r64[:, None]
+    cols = kk + tl.arange(0, BK)
+    gl = _rows_tile(gb, r64, rmask, H * K, cols) * LN2INV
+    G = tl.cumsum(gl, 0)
+    c1 = _row(G, rr, 15)
+    c2 = _row(G, rr, 31)
+    c3 = _row(G, rr, 47)
+    gC = _row(G, rr, 63)
+    kt = _rows_tile(kb, r64, rmask, H * K, cols)
+    eG = tl.exp2(G)
+    _store_chunk(kg + mid_row * K, K, cols, kt * tl.exp2(gC[None, :] - G))
+    # beta Gamma K, parked in w until M is known
+    _store_chunk(w + mid_row * K, K, cols, kt * eG * bt[:, None])
+    tl.store(gcb + cols, tl.exp2(gC))
+    qt = _rows_tile(qb, r64, rmask, H * K, cols) * scale
+    _store_chunk(qg + mid_row * K, K, cols, qt * eG)
+
+    A = tl.where(rr < 16, 0.0, tl.where(rr < 32, c1[None, :], tl.where(rr < 48, c2[None, :], c3[None, :])))
+    eA = tl.exp2(G - A)
+    rk = kt * eA
+    rq = qt * eA
+    cb = kt * tl.exp2(A - G)
+    # each row block is a dot of row-masked rows with the block's own columns, accumulated in place
+    # block 0: anchor 0
+    col = tl.trans(tl.where(rr < 16, cb, 0.0).to(op_ty))
+    akk = tl.dot(tl.where(rr < 16, rk, 0.0).to(op_ty), col, akk)
+    aqk_acc = tl.dot(tl.where(rr < 16, rq, 0.0).to(op_ty), col, aqk_acc)
+    # block 1: anchor c1
+    f = tl.where(rr < 16, tl.exp2(c1)[None, :], 1.0)
+    col = tl.trans(tl.where(rr < 32, cb * f, 0.0).to(op_ty))
+    m = (rr >= 16) & (rr < 32)
+    akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
+    aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
+    # block 2: anchor c2
+    f = tl.where(rr < 16, tl.exp2(c2)[None, :], tl.where(rr < 32, tl.exp2(c2 - c1)[None, :], 1.0))
+    col = tl.trans(tl.where(rr < 48, cb * f, 0.0).to(op_ty))
+    m = (rr >= 32) & (rr < 48)
+    akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
+    aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
+    # block 3: anchor c3
+    f = tl.where(rr < 16, tl.exp2(c3)[None, :],
+                 tl.where(rr < 32, tl.exp2(c3 - c1)[None, :],
+                          tl.where(rr < 48, tl.exp2(c3 - c2)[None, :], 1.0)))
+    col = tl.trans((cb * f).to(op_ty))
+    akk = tl.dot(tl.where(rr >= 48, rk, 0.0).to(op_ty), col, akk)
+    aqk_acc = tl.dot(tl.where(rr >= 48, rq, 0.0).to(op_ty), col, aqk_acc)
+    return akk, aqk_acc
+
+
+@triton.jit
 def _intra(qb, kb, gb, bt, w, qg, kg, aqk, gcb, mid_row, rmask, scale, H, K: tl.constexpr, BK: tl.constexpr):
     """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk, qg, kg, beta Gamma K (into
     w, until W replaces it) and gc, for one chunk."""
-    LN2INV: tl.constexpr = 1.4426950408889634
-    op_ty = qb.dtype.element_ty
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
     cc = r64[None, :]
@@ -86,52 +152,10 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, gcb, mid_row, rmask, scale, H, K: tl.
     # i of Akk and Aqk is one product around the anchor c_i, a past row of every row it serves:
     #   rows 2^(G_r - c_i) <= 1,   cols 2^(c_i - G_j) (j < 16(i+1); <= 2^115.4 for g >= -5, inside fp32/bf16).
     # A column factor may underflow only for j < 16i, where the exact product is below that column factor.
-    # Each row block is a dot of row-masked rows with the block's own columns, accumulated in place; the upper
-    # triangle is masked once at the end.
+    # The upper triangle is masked once at the end.
     for kk in range(0, K, BK):
-        cols = kk + tl.arange(0, BK)
-        G = tl.cumsum(_rows_tile(gb, r64, rmask, H * K, cols) * LN2INV, 0)
-        c1 = _row(G, rr, 15)
-        c2 = _row(G, rr, 31)
-        c3 = _row(G, rr, 47)
-        gC = _row(G, rr, 63)
-        kt = _rows_tile(kb, r64, rmask, H * K, cols)
-        eG = tl.exp2(G)
-        _store_chunk(kg + mid_row * K, K, cols, kt * tl.exp2(gC[None, :] - G))
-        # beta Gamma K, parked in w until M is known
-        _store_chunk(w + mid_row * K, K, cols, kt * eG * bt[:, None])
-        tl.store(gcb + cols, tl.exp2(gC))
-        qt = _rows_tile(qb, r64, rmask, H * K, cols) * scale
-        _store_chunk(qg + mid_row * K, K, cols, qt * eG)
-
-        A = tl.where(rr < 16, 0.0, tl.where(rr < 32, c1[None, :], tl.where(rr < 48, c2[None, :], c3[None, :])))
-        eA = tl.exp2(G - A)
-        rk = kt * eA
-        rq = qt * eA
-        cb = kt * tl.exp2(A - G)
-        # block 0: anchor 0
-        col = tl.trans(tl.where(rr < 16, cb, 0.0).to(op_ty))
-        akk = tl.dot(tl.where(rr < 16, rk, 0.0).to(op_ty), col, akk)
-        aqk_acc = tl.dot(tl.where(rr < 16, rq, 0.0).to(op_ty), col, aqk_acc)
-        # block 1: anchor c1
-        f = tl.where(rr < 16, tl.exp2(c1)[None, :], 1.0)
-        col = tl.trans(tl.where(rr < 32, cb * f, 0.0).to(op_ty))
-        m = (rr >= 16) & (rr < 32)
-        akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
-        aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
-        # block 2: anchor c2
-        f = tl.where(rr < 16, tl.exp2(c2)[None, :], tl.where(rr < 32, tl.exp2(c2 - c1)[None, :], 1.0))
-        col = tl.trans(tl.where(rr < 48, cb * f, 0.0).to(op_ty))
-        m = (rr >= 32) & (rr < 48)
-        akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
-        aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
-        # block 3: anchor c3
-        f = tl.where(rr < 16, tl.exp2(c3)[None, :],
-                     tl.where(rr < 32, tl.exp2(c3 - c1)[None, :],
-                              tl.where(rr < 48, tl.exp2(c3 - c2)[None, :], 1.0)))
-        col = tl.trans((cb * f).to(op_ty))
-        akk = tl.dot(tl.where(rr >= 48, rk, 0.0).to(op_ty), col, akk)
-        aqk_acc = tl.dot(tl.where(rr >= 48, rq, 0.0).to(op_ty), col, aqk_acc)
+        akk, aqk_acc = _intra_slice(kk, qb, kb, gb, bt, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, aqk_acc,
+                                    K, BK)
 
     _store_chunk(aqk + mid_row * 64, 64, r64, tl.where(rr >= cc, aqk_acc, 0.0))
     return tl.where(rr > cc, akk * bt[:, None], 0.0)
@@ -151,7 +175,8 @@ def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr,
     band = rr // 16 - cc // 16
     b4 = tl.arange(0, 4)
     same = b4[:, None, None, None] == b4[None, None, :, None]
-    dinv3 = _inv_blocks(tl.sum(tl.where(same, tl.reshape(L, [4, 16, 4, 16]), 0.0), 2))
+    # [b, j, i] = L[16b + i, 16b + j]: one transpose here instead of one per substitution step
+    dinv3 = _inv_blocks_t(tl.sum(tl.where(same, tl.reshape(tl.trans(L), [4, 16, 4, 16]), 0.0), 2))
     dinv = tl.reshape(tl.where(same, dinv3[:, :, None, :], 0.0), [64, 64])
     z = tl.dot(dinv, tl.where(band >= 1, L, 0.0))
     p = tl.dot(z, dinv)
@@ -271,7 +296,7 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
     LAUNCHED["prep"] = _kda_prep[(NT, B * H)](
         q, k, v, g, beta, w, u, qg, kg, aqk, gc, T, NT, float(scale), H, K=K, V=V, BK=bk, BVP=bvp,
-        num_warps=cfg["prep_warps"], num_stages=1)
+        num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
     LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
         w, u, qg, kg, aqk, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,

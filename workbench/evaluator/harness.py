@@ -179,6 +179,9 @@ class Harness:
 
         names, tols = self.cfg["outputs"], self.cfg["tols"]
         row.update(correct=None, rel_err=None, baseline_rel_err=None, seeds_checked=0, problem=None)
+        # Worst error per output over the seeds, candidate and baseline: outputs have their own tolerances.
+        cand_by: dict[str, float] = {}
+        base_by: dict[str, float] = {}
         pool: list[dict[str, Any]] = []
         self.kept[key] = {"sets": pool, "params": shape["params"]}
         dtypes: list[Any] = []
@@ -203,8 +206,9 @@ class Harness:
             if expected is None:
                 expected, dtypes = self._expected(inputs)
             base_out = checks.as_outputs(self.baseline_fn(**inputs_mod.clone(inputs)))
-            base_err = max((checks.rel_rms(r, b) for r, b in zip(expected, base_out)), default=0.0)
-            row["baseline_rel_err"] = max(row["baseline_rel_err"] or 0.0, base_err)
+            for out_name, r, b in zip(names, expected, base_out):
+                base_by[out_name] = max(base_by.get(out_name, 0.0), checks.rel_rms(r, b))
+            row["baseline_rel_err"] = max(base_by.values(), default=0.0)
             if self.generate and reply.get("fingerprint") != inputs_mod.fingerprint(inputs):
                 return {"verdict": "forbidden", "message": "the inputs in the candidate process differ from the "
                         "harness's (fingerprint mismatch): make_inputs was altered there, or it is not deterministic"}
@@ -216,10 +220,11 @@ class Harness:
                 return None
             outs = self.tensors(reply["outputs"])
             verdict = checks.compare(outs, reply["meta"], expected, dtypes, names, tols, self.device)
-            for err in verdict["rel_err"].values():
+            for out_name, err in verdict["rel_err"].items():
                 if err is not None:
                     err = err if err == err else math.inf  # NaN compares false with everything; inf sorts last
                     row["rel_err"] = err if row["rel_err"] is None else max(row["rel_err"], err)
+                    cand_by[out_name] = max(cand_by.get(out_name, 0.0), err)
             if not verdict["ok"]:
                 row.update(correct=False, problem=f"seed {seed}: {verdict['problem']}")
                 return None
@@ -230,26 +235,34 @@ class Harness:
             del outs
         self.kept[key]["dtypes"] = dtypes
         row["correct"] = True
-        self._precision(row, shape["name"], min(tols))
+        row["rel_err_by_output"], row["baseline_rel_err_by_output"] = cand_by, base_by
+        self._precision(row, shape["name"], dict(zip(names, tols)))
         return None
 
     def _specs(self, expected: list[Any], dtypes: list[Any]) -> list[dict[str, Any]]:
         return [{"shape": list(t.shape), "dtype": str(d).removeprefix("torch.")} for t, d in zip(expected, dtypes)]
 
-    def _precision(self, row: dict[str, Any], name: str, tol: float) -> None:
-        """Compare the candidate's error with the baseline's on the same inputs (HARNESS.md L2)."""
+    def _precision(self, row: dict[str, Any], name: str, tols: dict[str, float]) -> None:
+        """Compare the candidate's error with the baseline's on the same inputs, output by output, each against its
+        own tolerance (HARNESS.md L2)."""
         from workbench.evaluator.verdict import PRECISION_RATIO, PRECISION_TOL_FRACTION
 
-        cand, base = row.get("rel_err"), row.get("baseline_rel_err")
-        if base is not None and base > 0.8 * tol:
-            self.warnings.append(f"{name}: the baseline's own error {base:.2g} is above 0.8x the tolerance {tol:.2g}")
-        if cand is None or base is None:
-            return
-        row["err_ratio"] = cand / base if base > 0 else (math.inf if cand > 0 else 1.0)
-        if row["err_ratio"] > PRECISION_RATIO and cand > PRECISION_TOL_FRACTION * tol:
-            row["precision_flag"] = True
-            self.warnings.append(f"{name}: candidate error {cand:.2g} is {row['err_ratio']:.3g}x the baseline's "
-                                 f"{base:.2g} (lower precision than the baseline?)")
+        cand_by, base_by = row.get("rel_err_by_output") or {}, row.get("baseline_rel_err_by_output") or {}
+        ratios = {}
+        for out, tol in tols.items():
+            cand, base = cand_by.get(out), base_by.get(out)
+            if base is not None and base > 0.8 * tol:
+                self.warnings.append(f"{name}: the baseline's own error on {out}, {base:.2g}, is above 0.8x its "
+                                     f"tolerance {tol:.2g}")
+            if cand is None or base is None:
+                continue
+            ratios[out] = cand / base if base > 0 else (math.inf if cand > 0 else 1.0)
+            if ratios[out] > PRECISION_RATIO and cand > PRECISION_TOL_FRACTION * tol:
+                row["precision_flag"] = True
+                self.warnings.append(f"{name}: candidate error on {out}, {cand:.2g}, is {ratios[out]:.3g}x the "
+                                     f"baseline's {base:.2g} (lower precision than the baseline?)")
+        if ratios:
+            row["err_ratio"] = max(ratios.values())
 
     # -- timing --------------------------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Mapping
 from workbench.journal import EVENTS_VERSION, Anchor, Event, Journal, JournalError, read_events
 from workbench.journal.chain import check_anchor
 from workbench.journal.record import utc_now_ms
+from workbench.session import summary
 from workbench.session.atomic import drop_none, fsync_dir, write_json_atomic, write_toml_atomic
 
 SCHEMA_VERSION = 1
@@ -30,7 +31,7 @@ Empty while version 1 is the only one; a session.toml older than SCHEMA_VERSION 
 refused by name rather than read with guessed meanings.
 """
 
-RESERVED = ("schema_version", "events_version", "id", "checkpoint_seq", "journal")
+RESERVED = ("schema_version", "events_version", "id", "checkpoint_seq", "journal", "summary")
 """session.toml keys the store sets itself on every checkpoint."""
 
 _IDENTITY = ("task", "agent", "model", "device", "created", "budget")
@@ -89,6 +90,18 @@ def _read_meta(folder: Path) -> tuple[dict, bool]:
         version += 1
         meta["schema_version"] = version
     return meta, migrated
+
+
+def _read_head(folder: Path) -> dict:
+    """session.toml's head (meta and [summary]) when it has one in the current versions, else the whole file
+    through _read_meta (which migrates, and reports any problem in its own words)."""
+    try:
+        head = summary.read_head(folder / "session.toml")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        head = None
+    current = head is not None and head.get("schema_version") == SCHEMA_VERSION and \
+        head.get("events_version", EVENTS_VERSION) == EVENTS_VERSION
+    return head if current else _read_meta(folder)[0]
 
 
 class SessionFiles:
@@ -185,7 +198,12 @@ class SessionFiles:
             "checkpoint_seq": seq,
         }
         meta.update((k, self.meta[k]) for k in _IDENTITY if k in self.meta and k not in meta_and_state)
-        meta.update((k, v) for k, v in meta_and_state.items() if k not in RESERVED)
+        for key, value in meta_and_state.items():
+            if key in RESERVED or key == "summary":
+                continue
+            if key == "state" and isinstance(value, Mapping):
+                meta["summary"] = summary.summarize(value)  # written ahead of [state]: lists read only this far
+            meta[key] = value
         meta["journal"] = anchor.to_dict() if anchor is not None else None
         try:
             write_toml_atomic(self.dir / "session.toml", meta)
@@ -493,11 +511,15 @@ class SessionStore:
         raise SessionError(f"no session {session_id!r} in {self.root}{hint}")
 
     def list(self) -> list[dict]:
-        """The meta of every session, newest first; a broken folder is listed with an 'error' field."""
+        """The meta of every session, newest first; a broken folder is listed with an 'error' field.
+
+        Where session.toml has a [summary] (every checkpoint writes one), only the part before [state] is parsed,
+        and the entry has no "state": use workbench.session.summary.of(entry) for the list's fields.
+        """
         sessions = []
         for session_id in self._ids():
             try:
-                meta, _ = _read_meta(self.root / session_id)
+                meta = _read_head(self.root / session_id)
             except SessionError as exc:
                 sessions.append({"id": session_id, "error": str(exc)})
                 continue

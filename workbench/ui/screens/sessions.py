@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from workbench.session import summary
 from workbench.session.state import parse_ts
 from workbench.ui import formatting as fmt
 from workbench.ui.palette import MUTED, theme_style
@@ -33,19 +34,17 @@ def session_row(meta: Mapping[str, Any]) -> dict[str, str]:
         problem = str(meta["error"]).split("session.toml: ", 1)[-1]
         return {"id": str(meta.get("id", "?")), "task": "", "agent": "", "status": "broken", "attempts": "",
                 "best": "", "duration": "", "created": fmt.shorten(problem, 60)}
-    state = meta.get("state") or {}
-    best = meta.get("best") or {}
-    speed = best.get("speedup") if isinstance(best, Mapping) else None
-    created = str(meta.get("created") or state.get("created") or "")
+    info = summary.of(meta)
+    speed = info.get("best_speedup")
     return {
         "id": str(meta.get("id", "?")),
-        "task": str(meta.get("task") or state.get("task") or ""),
-        "agent": str(meta.get("agent") or state.get("agent") or ""),
-        "status": str(state.get("status") or meta.get("status") or ""),
-        "attempts": str(len(state.get("attempts") or {})),
+        "task": str(info.get("task") or ""),
+        "agent": str(info.get("agent") or ""),
+        "status": str(info.get("status") or ""),
+        "attempts": str(info.get("attempts", 0)),
         "best": fmt.speedup(speed) if isinstance(speed, (int, float)) else fmt.DASH,
-        "duration": fmt.duration(_elapsed(state)),
-        "created": created[:16].replace("T", " "),
+        "duration": fmt.duration(_elapsed(info)),
+        "created": str(info.get("created") or "")[:16].replace("T", " "),
     }
 
 
