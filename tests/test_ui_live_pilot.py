@@ -20,6 +20,7 @@ from workbench.ui.screens.help import HelpScreen
 from workbench.ui.screens.live import LiveScreen
 from workbench.ui.screens.nudge import NudgeScreen
 from workbench.ui.screens.question import QuestionScreen
+from workbench.ui import formatting as fmt
 from workbench.ui.widgets.eval_table import EvalTable
 from workbench.ui.widgets.event_log import EventLog
 from workbench.ui.widgets.kernel_view import KernelView
@@ -289,3 +290,25 @@ async def test_events_already_in_the_starting_state_are_not_applied_twice() -> N
         app.post_message(JournalEvent(load_events()[-1]))
         await pilot.pause()
         assert app.state.tool_calls == calls and app.state.last_seq == 32
+
+
+async def test_eval_table_gains_a_graph_column_when_an_evaluation_has_graph_times() -> None:
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        table = live(app).query_one(EvalTable).query_one(DataTable)
+        assert "graph_speedup" not in table.columns  # the shipped session has event times only
+        last = load_events()[-1]
+        result = {"verdict": "ok", "message": "", "speedup": 1.4, "timing_comparable": True,
+                  "shapes": [{"name": "K1", "correct": True, "rel_err": 4e-3, "ms": 1.25, "baseline_ms": 1.84,
+                              "speedup": 1.47, "floor_ms": 0.19, "graph_ms": 1.245, "baseline_graph_ms": 1.833,
+                              "graph_speedup": 1.472},
+                             {"name": "K7", "correct": True, "rel_err": 4e-3, "ms": 0.225, "baseline_ms": 1.256,
+                              "speedup": 5.58, "floor_ms": 0.024, "graph_error": "capture failed"}]}
+        app.post_message(JournalEvent(Event(last.seq + 1, last.ts, "eval.finished", {"attempt": 5, "result": result},
+                                            "")))
+        await wait_for(lambda: app.state.last_seq == last.seq + 1)
+        live(app).flush()
+        assert "graph_speedup" in table.columns
+        assert table.get_cell("K1", "graph_speedup").plain == fmt.speedup(1.472)
+        assert table.get_cell("K7", "graph_speedup").plain == fmt.DASH

@@ -269,7 +269,8 @@ def _edit_kernel(rt: "AgentRuntime", args: dict[str, Any]) -> ToolOutcome:
 
 def _report(result: dict[str, Any]) -> dict[str, Any]:
     """The evaluator's result cut to what the agent acts on (the full result is in eval.finished)."""
-    keys = ("name", "correct", "rel_err", "ms", "baseline_ms", "speedup", "floor_ms")
+    keys = ("name", "correct", "rel_err", "ms", "baseline_ms", "speedup", "floor_ms", "graph_ms", "baseline_graph_ms",
+            "graph_speedup")
     return {
         "verdict": result.get("verdict"),
         "message": result.get("message", ""),

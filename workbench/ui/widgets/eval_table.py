@@ -27,6 +27,8 @@ COLUMNS = (
     ("roof", "roof"),
 )
 """(column key, label); times in ms. 'roof' is floor_ms / ms: how close the shape runs to its roofline bound."""
+GRAPH_COLUMN = ("graph_speedup", "graph")
+"""Added once an evaluation carries CUDA-graph times (task graph_timing, --graph): the speedup as graph replays."""
 
 
 def latest_evaluated(state: SessionState) -> Attempt | None:
@@ -92,23 +94,29 @@ class EvalTable(Vertical):
         self.shown = key
         best = state.best_attempt
         best_ms = {s.get("name"): s.get("ms") for s in best.shapes} if best is not None else {}
-        rows = {str(s.get("name", "?")): self._cells(s, best_ms.get(s.get("name"))) for s in attempt.shapes}
         table: DataTable[Text] = self.query_one("#shapes", DataTable)
+        columns = list(COLUMNS)
+        if GRAPH_COLUMN[0] in table.columns or any(s.get(GRAPH_COLUMN[0]) is not None for s in attempt.shapes):
+            columns.append(GRAPH_COLUMN)
+        rows = {str(s.get("name", "?")): self._cells(s, best_ms.get(s.get("name")), graph=len(columns) > len(COLUMNS))
+                for s in attempt.shapes}
         with self.app.batch_update():
+            if len(columns) > len(COLUMNS) and GRAPH_COLUMN[0] not in table.columns:
+                table.add_column(GRAPH_COLUMN[1], key=GRAPH_COLUMN[0], default=Text(fmt.DASH, style=MUTED))
             for row_key in list(table.rows):
                 if row_key.value not in rows:
                     table.remove_row(row_key)
             existing = {row_key.value for row_key in table.rows}
             for name, cells in rows.items():
                 if name in existing:
-                    for (column, _label), cell in zip(COLUMNS, cells):
+                    for (column, _label), cell in zip(columns, cells):
                         table.update_cell(name, column, cell)
                 else:
                     table.add_row(*cells, key=name)
             table.sort("shape", key=lambda cell: _natural(cell.plain))
         self._describe(attempt, state)
 
-    def _cells(self, shape: Mapping[str, Any], best_ms: float | None) -> list[Text]:
+    def _cells(self, shape: Mapping[str, Any], best_ms: float | None, graph: bool = False) -> list[Text]:
         variables = self.app.theme_variables
         good, bad = theme_style(variables, "text-success"), theme_style(variables, "text-error")
         correct = shape.get("correct")
@@ -126,7 +134,13 @@ class EvalTable(Vertical):
                  style=(good if speed >= 1 else bad) if isinstance(speed, (int, float)) else MUTED),
             Text(fmt.ms(floor), style=MUTED, justify="right"),
             Text(f"{roof:.0%}" if roof is not None else fmt.DASH, style=MUTED, justify="right"),
-        ]
+        ] + ([self._graph_cell(shape.get(GRAPH_COLUMN[0]), good, bad)] if graph else [])
+
+    @staticmethod
+    def _graph_cell(speed: Any, good: Any, bad: Any) -> Text:
+        if not isinstance(speed, (int, float)):
+            return Text(fmt.DASH, style=MUTED, justify="right")
+        return Text(fmt.speedup(speed), style=good if speed >= 1 else bad, justify="right")
 
     def _describe(self, attempt: Attempt, state: SessionState) -> None:
         star = " ★" if state.best == attempt.n else ""
