@@ -301,3 +301,31 @@ def test_sanitizer_parse_and_fake_run(tmp_path):
     exe = _fake_ncu(tmp_path, 'echo "tool=$2"; echo "========= ERROR SUMMARY: 2 errors"\n')
     result = sanitizer.run("softmax", tmp_path / "k.py", "S1", tool="racecheck", exe=exe)
     assert result["errors"] == 2 and result["tool"] == "racecheck" and "--tool racecheck" in result["command"]
+
+
+def test_outside_observer_judges_ncus_kernel_list(tmp_path):
+    from workbench.profiler import ncu, observer
+
+    kernel = tmp_path / "k.py"
+    kernel.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _softmax_tile(x):\n"
+                      "    pass\n\n\ndef forward(x):\n    return x\n")
+    seen = {}
+
+    def runner(task, file, shape, *, metrics, timeout_s):
+        seen.update(task=task, shape=shape, metrics=metrics)
+        return {"rows": [{"kernel": "_softmax_tile", "launches": 1, "metrics": {}},
+                         {"kernel": "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+                          "launches": 1, "metrics": {}}]}
+
+    found = observer.check("softmax", kernel, "S1", runner=runner)
+    assert seen == {"task": "softmax", "shape": "S1", "metrics": [observer.DURATION_METRIC]}
+    assert found["kernels"][0] == "_softmax_tile" and found["problems"] == []
+
+    def foreign(task, file, shape, *, metrics, timeout_s):
+        return {"rows": [{"kernel": "_softmax_tile"}, {"kernel": "sm90_xmma_gemm_bf16bf16_bf16f32"}]}
+
+    found = observer.check("softmax", kernel, "S1", runner=foreign)
+    assert len(found["problems"]) == 1 and "sm90_xmma_gemm" in found["problems"][0]
+
+    with pytest.raises(ncu.NcuError, match="no kernels"):
+        observer.check("softmax", kernel, "S1", runner=lambda *a, **k: {"rows": []})

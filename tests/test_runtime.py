@@ -47,11 +47,12 @@ def fake_evaluator(calls=None, fail_blocks=()):
     return evaluate
 
 
-def new_runtime(tmp_path, budget, evaluator=None):
+def new_runtime(tmp_path, budget, evaluator=None, kernel_observer=None):
     files = SessionStore(tmp_path).create(task="toy", agent="tuner", model=None, device="cpu",
                                           budget=budget.to_dict())
     runtime = AgentRuntime(files, SessionState(), TASK, TunerBackend(SEED), device="cpu", budget=budget,
-                           evaluator=evaluator or fake_evaluator(), checkpoint_every=5)
+                           evaluator=evaluator or fake_evaluator(), checkpoint_every=5,
+                           kernel_observer=kernel_observer)
     runtime.emit("session.created", {"id": files.id, "task": "toy", "agent": "tuner", "device": "cpu",
                                      "budget": budget.to_dict()})
     return runtime, files
@@ -284,4 +285,54 @@ def test_a_new_best_must_pass_the_held_out_shapes_which_stay_hidden_from_the_age
     assert json.loads((files.dir / "heldout" / "0002.json").read_text())["heldout"][0]["params"] == {"rows": 1000}
     with pytest.raises(ToolError, match="hidden"):
         confined_path("heldout/0002.json", [(files.dir, None)])
+    files.close()
+
+
+def heldout_passing_evaluator():
+    base = fake_evaluator()
+
+    def evaluate(task, path, device, heldout=False):
+        result = base(task, path, device)
+        if heldout:
+            result["heldout"] = [{"name": "H1", "correct": True, "speedup": 1.0}]
+        return result
+
+    return evaluate
+
+
+def test_a_new_best_whose_kernels_ncu_sees_as_foreign_is_refused(tmp_path):
+    """The outside observer (ncu on CUDA) lists the kernels; one that is not the candidate's demotes the best."""
+    seen = []
+
+    def observer(task, path):
+        config = read_declared(path.read_text()).config
+        seen.append(config["BLOCK"])
+        foreign = config["BLOCK"] == 2
+        return {"observer": "ncu", "shape": "S1", "kernels": ["_k"] + (["ampere_sgemm_128x64_nn"] if foreign else []),
+                "problems": ["forward launched GPU kernels that are not the candidate's Triton kernels (_k): "
+                             "ampere_sgemm_128x64_nn (x1)"] if foreign else []}
+
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=3), heldout_passing_evaluator(), observer)
+    runtime.run(threading.Event())
+    state = runtime.state
+    assert seen[:2] == [1, 2]  # every new best, after its held-out shapes passed
+    assert state.attempts[2].verdict == "forbidden" and "seen by ncu" in state.attempts[2].message
+    assert state.best != 2
+    checks = [e for e in read_events(files.dir / "events.jsonl")
+              if e.type == "eval.finished" and e.data.get("check") == "heldout"]
+    assert checks[0].data["observed"]["kernels"] == ["_k"] and checks[1].data["observed"]["problems"]
+    files.close()
+
+
+def test_an_observer_that_cannot_run_is_noted_and_the_best_stands(tmp_path):
+    def observer(task, path):
+        raise RuntimeError("ncu may not read the GPU performance counters here (ERR_NVGPUCTRPERM)")
+
+    runtime, files = new_runtime(tmp_path, Budget(max_iterations=2), heldout_passing_evaluator(), observer)
+    runtime.run(threading.Event())
+    assert runtime.state.best is not None
+    checks = [e for e in read_events(files.dir / "events.jsonl")
+              if e.type == "eval.finished" and e.data.get("check") == "heldout"]
+    assert "ERR_NVGPUCTRPERM" in checks[0].data["observed"]["error"]
+    assert checks[0].data["result"]["verdict"] == "ok"
     files.close()

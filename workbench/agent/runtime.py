@@ -60,6 +60,23 @@ def _compact_args(args: Any) -> dict[str, Any]:
     return out
 
 
+def _on_cuda(device: str) -> bool:
+    from workbench.evaluator.device import resolve_device
+    from workbench.evaluator.errors import EvalUsageError
+
+    try:
+        return resolve_device(device) == "cuda"
+    except EvalUsageError:
+        return False
+
+
+def _ncu_observer(task: Task, path: Path) -> dict[str, Any]:
+    """ncu's kernel list for one call of the task's first CUDA shape (workbench.profiler.observer)."""
+    from workbench.profiler import observer
+
+    return observer.check(task.name, path, task.shapes["cuda"][0].name)
+
+
 class AgentRuntime:
     """Runs one backend against one session until a budget, a finish, a stop or an error.
 
@@ -78,6 +95,7 @@ class AgentRuntime:
         budget: Budget,
         evaluator: Evaluator | None = None,
         checkpoint_every: int = 200,
+        kernel_observer: Callable[[Task, Path], dict[str, Any]] | None = None,
     ) -> None:
         self.files = files
         """The session folder (SessionFiles) holding the journal writer."""
@@ -90,6 +108,7 @@ class AgentRuntime:
         self.checkpoint_every = checkpoint_every
         self._prestarter = None
         """Keeps the next evaluation's processes started while the agent thinks (default evaluator only)."""
+        default_evaluator = evaluator is None
         if evaluator is None:
             from workbench.evaluator import evaluate
             from workbench.evaluator.prestart import Prestarter
@@ -97,6 +116,9 @@ class AgentRuntime:
             self._prestarter = Prestarter()
             evaluator = functools.partial(evaluate, prestarter=self._prestarter)
         self._evaluator = evaluator
+        self._observer = kernel_observer if kernel_observer is not None else (
+            _ncu_observer if default_evaluator and _on_cuda(self.device) else None)
+        """Lists a new best's kernels from outside its process (ncu on CUDA); None skips that check."""
         self._sink: RunSink = NullSink()
         self._paused = False
         self._last_checkpoint_seq = state.last_seq
@@ -403,9 +425,27 @@ class AgentRuntime:
             public["verdict"] = check.get("verdict") if check.get("verdict") != "ok" else "incorrect"
             public["message"] = (f"failed on held-out shapes (details hidden from the agent, in "
                                  f"{HELDOUT_DIR}/{n:04d}.json)") if public_ok else check.get("message", "")
+        observed: dict[str, Any] | None = None
+        if passed and self._observer is not None:
+            observed = self._observe(path)
+            if observed.get("problems"):
+                passed = False
+                public["verdict"] = "forbidden"
+                public["message"] = f"{path.name}: {observed['problems'][0]} (seen by ncu, outside the candidate process)"
         summary = {"shapes": len(hidden), "passed": passed, "speedup": check.get("heldout_speedup")}
-        self.emit("eval.finished", {"attempt": n, "check": "heldout", "result": public, "heldout": summary})
+        data: dict[str, Any] = {"attempt": n, "check": "heldout", "result": public, "heldout": summary}
+        if observed is not None:
+            data["observed"] = observed
+        self.emit("eval.finished", data)
         return public
+
+    def _observe(self, path: Path) -> dict[str, Any]:
+        """The kernel list of the new best from outside its process; an observer that cannot run is noted, and the
+        best stands on the evaluator's own provenance check."""
+        try:
+            return self._observer(self.task, path)  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - ncu missing or not permitted must not stop a run
+            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
     def _emit_profile(self, n: int, profile: dict[str, Any], best: int | None) -> None:
         """Journal an evaluation's kernel table and roofline, with deltas against the best attempt's profile."""
