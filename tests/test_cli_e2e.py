@@ -184,3 +184,28 @@ def test_torn_and_corrupted_journals_are_reported_in_one_line(tmp_path):
     proc = wb("resume", session_id, "--headless", "--sessions-dir", str(sessions))
     line = one_line_error(proc, 1)
     assert "events.jsonl:2" in line
+
+
+def test_run_can_start_from_our_own_kernel_and_resume_keeps_it(tmp_path):
+    """--start FILE replaces the task's seed (e.g. the shipped kernel as the bar), journaled so resume keeps it."""
+    sessions = tmp_path / "s"
+    start = tmp_path / "start.py"
+    start.write_text(SEED.read_text().replace('"""', '"""started from a file: ', 1))
+    run = wb("run", "softmax", "--headless", "--device", "cpu", "--max-iterations", "1", "--start", str(start),
+             "--sessions-dir", str(sessions))
+    assert run.returncode == 0, run.stderr
+    session_id = run.stdout.splitlines()[0]
+    events = read_journal(sessions / session_id / "events.jsonl")
+    created = events[0]["data"]["start"]
+    assert created["file"] == str(start.resolve()) and created["source"] == start.read_text()
+    first = [e for e in events if e["type"] == "attempt.written"][0]
+    assert first["data"]["source"].startswith('"""started from a file: ')
+    start.unlink()  # resume must not need the file: the journal holds it
+    resumed = wb("resume", session_id, "--headless", "--max-iterations", "2", "--sessions-dir", str(sessions))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "no such file" in one_line_error(wb("run", "softmax", "--headless", "--start", str(start),
+                                               "--sessions-dir", str(sessions)), 2)
+    broken = tmp_path / "broken.py"
+    broken.write_text("def forward(:\n")
+    assert "SyntaxError" in one_line_error(wb("run", "softmax", "--headless", "--start", str(broken),
+                                              "--sessions-dir", str(sessions)), 2)

@@ -344,10 +344,15 @@ def test_inbox_round_trip(store: SessionStore) -> None:
         first = nudger.drop_nudge("try BLOCK=128", persistent=False)
         second = nudger.drop_nudge("never use fp64", persistent=True)
         assert first.parent == files.inbox_dir and first.suffix == ".json" and first.name < second.name
+        # Many in a burst (same clock tick) still sort in the order they were dropped.
+        burst = [nudger.drop_nudge(f"n{i}", persistent=False) for i in range(50)]
+        assert [p.name for p in burst] == sorted(p.name for p in burst)
         with pytest.raises(SessionError, match="needs some text"):
             nudger.drop_nudge("  ", persistent=False)
         with pytest.raises(SessionError, match="read-only"):
             nudger.take_inbox()
+        for path in burst:
+            path.unlink()
         (files.inbox_dir / "zz-garbage.json").write_text("{not json")
         recorded = []
         taken = files.take_inbox(record=lambda n: recorded.append(files.journal.append("nudge.received", n)))

@@ -86,3 +86,12 @@ def test_fold_does_not_mutate_its_input_state():
     base = fold([attempt(1, 1)])
     fold([attempt(2, 2)], base)
     assert list(base.attempts) == [1]
+
+
+def test_a_run_started_from_a_kernel_file_keeps_it_through_a_checkpoint():
+    events = [ev(1, "session.created", {"id": "x", "task": "kda", "agent": "tuner", "budget": {},
+                                        "start": {"file": "/k/kda_chunked.py", "sha256": "ab", "source": "src"}})]
+    state = fold(events)
+    assert (state.start_file, state.start_source) == ("/k/kda_chunked.py", "src")
+    assert SessionState.from_dict(state.to_dict()).start_source == "src"
+    assert fold([ev(1, "session.created", {"id": "y", "task": "kda", "budget": {}})]).start_source == ""

@@ -64,13 +64,15 @@ def _load_task(name: str):
         raise CliError(str(exc)) from exc
 
 
-def _backend(agent: str, task, model: str | None, state=None):
-    """The backend strategy for `agent`; the seed comes from the task (resume rebuilds from the journal).
+def _backend(agent: str, task, model: str | None, state=None, start: str | None = None):
+    """The backend strategy for `agent`; the seed is `start` (run --start), else the kernel the session was started
+    from (a resume rebuilds it from the journal), else the task's seed.
 
     The claude backend checks its key and model with the API here, before any session is created or resumed, so
     a missing or rejected key is one line and exit 2 rather than a run that dies on its first turn.
     """
-    seed = task.seed.read_text(encoding="utf-8")
+    seed = start or (state.start_source if state is not None and state.start_source else None) or \
+        task.seed.read_text(encoding="utf-8")
     if agent == "tuner":
         from workbench.agent.backends.tuner import TunerBackend
 
@@ -138,6 +140,26 @@ def _goal(task, device: str, budget: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _start_kernel(file: str) -> dict[str, str]:
+    """The kernel a run starts from instead of the task's seed: {"file", "sha256", "source"}."""
+    import hashlib
+
+    path = Path(file)
+    try:
+        source = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"--start {file}: no such file") from None
+    except UnicodeDecodeError:
+        raise CliError(f"--start {file}: not UTF-8 text") from None
+    except OSError as exc:
+        raise CliError(f"--start {file}: cannot read: {exc.strerror}") from None
+    try:
+        compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise CliError(f"--start {file}:{exc.lineno}: SyntaxError: {exc.msg}") from None
+    return {"file": str(path.resolve()), "sha256": hashlib.sha256(source.encode()).hexdigest(), "source": source}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.agent.runtime import AgentRuntime
     from workbench.session import SessionStore
@@ -147,16 +169,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     agent = args.agent or _default_agent()
     device = _device(args.device)
     budget = _budget(args)
-    backend = _backend(agent, task, args.model)
+    start = _start_kernel(args.start) if args.start else None
+    backend = _backend(agent, task, args.model, start=start["source"] if start else None)
     files = SessionStore(_sessions_dir(args)).create(
         task=task.name, agent=agent, model=args.model, device=device, budget=budget.to_dict()
     )
     runtime = AgentRuntime(files, SessionState(), task, backend, device=device, budget=budget)
-    runtime.emit(
-        "session.created",
-        {"id": files.id, "task": task.name, "agent": agent, "model": args.model, "device": device,
-         "created": files.meta.get("created", ""), "budget": budget.to_dict()},
-    )
+    created = {"id": files.id, "task": task.name, "agent": agent, "model": args.model, "device": device,
+               "created": files.meta.get("created", ""), "budget": budget.to_dict()}
+    if start:
+        created["start"] = start
+    runtime.emit("session.created", created)
     runtime.emit("goal.set", _goal(task, device, budget.to_dict()))
     return _drive(runtime, args, files)
 
@@ -574,6 +597,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", choices=["tuner", "claude"],
                    help="default: claude when ANTHROPIC_API_KEY is set, else the offline tuner")
     p.add_argument("--model")
+    p.add_argument("--start", metavar="FILE",
+                   help="start from this kernel instead of the task's seed, e.g. kernels/kda/kda_chunked.py")
     p.add_argument("--headless", action="store_true", help="no TUI: print one line per attempt")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible")
     p.add_argument("--no-mouse", action="store_true")

@@ -41,6 +41,9 @@ LAUNCHED = {}
 #   removed: anchors from block sums 1.753 (of the tile) / 1.429 (of a second load); cumsum by tf32 products 1.985
 #   removed: diagonal inverse by powers of L: NaN in tf32 on identical keys, 1.294 in tf32x3
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
+TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [32, 64], "prep_warps": [4, 8],
+            "prep_stages": [1, 2, 3]}
+"""What the offline tuner (and an agent) may vary; BV stays automatic."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
           "prep_stages": 2}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from pathlib import Path
 from typing import Any
 
 from workbench.agent import ledger as ledger_mod
@@ -232,7 +233,8 @@ def render_tool_result(call: dict[str, Any], result: dict[str, Any] | None, stat
         n = data.get("attempt")
         if n is None:
             if "text" in data:
-                return [_text("seed kernel (no attempt written yet):"), _text(data["text"])], False
+                what = (f"starting kernel {Path(state.start_file).name}" if state.start_file else "seed kernel")
+                return [_text(f"{what} (no attempt written yet):"), _text(data["text"])], False
             return [_text(summary or "no attempt yet")], False
         attempt = state.attempts.get(n)
         head = attempt_line(attempt) if attempt else f"attempt {n}"

@@ -46,6 +46,10 @@ class SessionState:
     device: str = ""
     created: str = ""
     goal: dict[str, Any] = field(default_factory=dict)
+    start_file: str = ""
+    """The kernel a run was started from instead of the task's seed (workbench run --start), if any."""
+    start_source: str = ""
+    """Its text, as journaled in session.created, so a resume rebuilds the same starting point."""
     status: str = "new"
     """new, running, paused, stopped (resumable: budget, user stop, crash) or finished (nothing left to try)."""
     stop_reason: str = ""
@@ -149,6 +153,9 @@ def apply(state: SessionState, event: Mapping[str, Any]) -> SessionState:
                 setattr(state, key, data[key])
         state.budget = dict(data.get("budget", {}))
         state.status = "created"
+        start = data.get("start")
+        if isinstance(start, Mapping):
+            state.start_file, state.start_source = str(start.get("file", "")), str(start.get("source", ""))
     elif kind == "goal.set":
         state.goal = dict(data)
     elif kind == "run.started":

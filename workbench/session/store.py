@@ -9,8 +9,9 @@ import re
 import secrets
 import shutil
 import tempfile
+import threading
 import tomllib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Iterator, Mapping
@@ -90,6 +91,21 @@ def _read_meta(folder: Path) -> tuple[dict, bool]:
         version += 1
         meta["schema_version"] = version
     return meta, migrated
+
+
+_stamp_lock = threading.Lock()
+_last_stamp: datetime | None = None
+
+
+def _next_stamp() -> datetime:
+    """Now in UTC, but always after the previous stamp this process handed out (clocks have coarse ticks)."""
+    global _last_stamp
+    with _stamp_lock:
+        now = datetime.now(timezone.utc)
+        if _last_stamp is not None and now <= _last_stamp:
+            now = _last_stamp + timedelta(microseconds=1)
+        _last_stamp = now
+        return now
 
 
 def _read_head(folder: Path) -> dict:
@@ -280,7 +296,8 @@ class SessionFiles:
     def drop_nudge(self, text: str, *, persistent: bool) -> Path:
         """Leave a nudge for the running agent in inbox/ (any process may; no lock needed).
 
-        The file name starts with the UTC time, so name order is arrival order.
+        The file name starts with the UTC time in microseconds, strictly increasing within this process (two
+        nudges dropped in the same instant keep their order), so name order is arrival order.
 
         Raises:
             SessionError: empty text.
@@ -288,8 +305,7 @@ class SessionFiles:
         if not text.strip():
             raise SessionError("a nudge needs some text")
         self.inbox_dir.mkdir(exist_ok=True)
-        now = datetime.now(timezone.utc)
-        stem = f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{secrets.token_hex(3)}"
+        stem = f"{_next_stamp():%Y%m%dT%H%M%S%f}Z-{secrets.token_hex(3)}"
         path = self.inbox_dir / f"{stem}.json"
         nudge = {"id": stem, "text": text, "persistent": bool(persistent), "created": utc_now_ms()}
         write_json_atomic(path, nudge)
