@@ -125,8 +125,8 @@ def marked_processes(mark):
 def test_nudge_reaches_a_stopped_session_and_is_applied_on_resume(tmp_path):
     sessions = tmp_path / "s"
     mark = f"{os.getpid()}-{time.monotonic_ns()}"
-    run = wb("run", "softmax", "--headless", "--device", "cpu", "--max-iterations", "1", "--sessions-dir", str(sessions),
-             env={"WB_TEST_MARK": mark})
+    run = wb("run", "softmax", "--headless", "--device", "cpu", "--max-iterations", "1",
+             "--sessions-dir", str(sessions), env={"WB_TEST_MARK": mark})
     assert run.returncode == 0, run.stderr
     if Path("/proc/self/environ").exists():
         # The run pre-started its next evaluation's processes; stopping the run must not leave them behind.

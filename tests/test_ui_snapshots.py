@@ -121,6 +121,35 @@ def test_live_screen_with_a_profile_against_the_best(snap_compare: Any) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+def test_live_screen_with_graph_timings(snap_compare: Any) -> None:
+    """An evaluation that carries CUDA-graph times (task graph_timing) adds a graph column to the evaluation table;
+    a shape whose capture failed shows a dash there."""
+    app, runtime = make_live_app()
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await settle(pilot, runtime)
+        last = runtime.events[-1]
+        shapes = [{"name": f"S{i}", "correct": True, "rel_err": 1.1e-7, "ms": ms, "baseline_ms": base,
+                   "speedup": base / ms, "floor_ms": floor, "graph_ms": ms * 0.98, "baseline_graph_ms": base * 0.9,
+                   "graph_speedup": base * 0.9 / (ms * 0.98)}
+                  for i, (ms, base, floor) in enumerate(((0.0369, 0.0591, 0.028), (0.0211, 0.0244, 0.014),
+                                                         (0.0385, 0.0402, 0.028), (0.1088, 0.1136, 0.056)), start=1)]
+        del shapes[3]["graph_ms"], shapes[3]["baseline_graph_ms"], shapes[3]["graph_speedup"]
+        shapes[3]["graph_error"] = "RuntimeError: operation not permitted when stream is capturing"
+        result = {"verdict": "ok", "message": "correct on 4 shapes x 3 seeds", "speedup": 1.19,
+                  "timing_comparable": True, "shapes": shapes}
+        app.post_message(JournalEvent(Event(last.seq + 1, last.ts, "eval.finished", {"attempt": 5, "result": result},
+                                            "")))
+        assert isinstance(app, WorkbenchApp)
+        await wait_for(lambda: app.state.last_seq == last.seq + 1)
+        screen = app.screen
+        assert isinstance(screen, LiveScreen)
+        screen.flush()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
 def test_event_detail_modal(snap_compare: Any) -> None:
     """`l` lists the recent events; Enter on eval.finished shows its journal line whole, as indented JSON."""
     app, runtime = make_live_app()

@@ -221,7 +221,7 @@ def _sm_count(device: torch.device) -> int:
 
 
 def resolve(config: dict | None = None) -> dict:
-    """CONFIG with a caller's overrides on top; unknown keys or values outside TUNABLES fail loudly.
+    """CONFIG with a caller's overrides on top; an unknown key fails loudly (values are the caller's to choose).
 
     Lets a sweep run several variants in one process (each call says its own config) without touching CONFIG.
     """

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import math
 import queue
 import threading
@@ -60,14 +60,15 @@ def _compact_args(args: Any) -> dict[str, Any]:
     return out
 
 
-def _on_cuda(device: str) -> bool:
+def _eval_device(device: str) -> str | None:
+    """The device an evaluation will run on ("cpu" or "cuda"); None for a name the evaluator will reject."""
     from workbench.evaluator.device import resolve_device
     from workbench.evaluator.errors import EvalUsageError
 
     try:
-        return resolve_device(device) == "cuda"
+        return resolve_device(device)
     except EvalUsageError:
-        return False
+        return None
 
 
 def _ncu_observer(task: Task, path: Path) -> dict[str, Any]:
@@ -108,6 +109,7 @@ class AgentRuntime:
         self.checkpoint_every = checkpoint_every
         self._prestarter = None
         """Keeps the next evaluation's processes started while the agent thinks (default evaluator only)."""
+        self._eval_device = _eval_device(device)
         default_evaluator = evaluator is None
         if evaluator is None:
             from workbench.evaluator import evaluate
@@ -117,7 +119,7 @@ class AgentRuntime:
             evaluator = functools.partial(evaluate, prestarter=self._prestarter)
         self._evaluator = evaluator
         self._observer = kernel_observer if kernel_observer is not None else (
-            _ncu_observer if default_evaluator and _on_cuda(self.device) else None)
+            _ncu_observer if default_evaluator and self._eval_device == "cuda" else None)
         """Lists a new best's kernels from outside its process (ncu on CUDA); None skips that check."""
         self._sink: RunSink = NullSink()
         self._paused = False
@@ -271,15 +273,12 @@ class AgentRuntime:
 
     def _prestart(self) -> None:
         """Start the first evaluation's processes now, while the backend prepares its first step."""
-        if self._prestarter is None:
-            return
-        from workbench.evaluator.device import resolve_device
-        from workbench.evaluator.errors import EvalUsageError
-
+        if self._prestarter is None or self._eval_device is None:
+            return  # an unknown device: the evaluation itself reports it, in its own words
         try:
-            self._prestarter.replenish(resolve_device(self.device))
-        except (EvalUsageError, OSError):
-            pass  # the evaluation itself reports the problem, in its own words
+            self._prestarter.replenish(self._eval_device)
+        except OSError:
+            pass  # no processes to spare now: the evaluation starts its own
 
     # -- memory --------------------------------------------------------------------------------
     def maybe_compact(self, extra_tokens: int = 0) -> Event | None:
@@ -431,7 +430,8 @@ class AgentRuntime:
             if observed.get("problems"):
                 passed = False
                 public["verdict"] = "forbidden"
-                public["message"] = f"{path.name}: {observed['problems'][0]} (seen by ncu, outside the candidate process)"
+                public["message"] = (f"{path.name}: {observed['problems'][0]} "
+                                     "(seen by ncu, outside the candidate process)")
         summary = {"shapes": len(hidden), "passed": passed, "speedup": check.get("heldout_speedup")}
         data: dict[str, Any] = {"attempt": n, "check": "heldout", "result": public, "heldout": summary}
         if observed is not None:

@@ -1,6 +1,6 @@
 """The trusted process: makes inputs, computes reference and baseline, drives the candidate worker, checks and times.
 
-Run as ``python -m workbench.evaluator.harness`` with its JSON config on stdin. Expected outputs exist only here;
+Run as ``python -m workbench.evaluator.harness DEVICE`` with its JSON config on stdin. Expected outputs exist only here;
 the worker draws the same inputs with the task's make_inputs (compared by fingerprint) and sends back its outputs
 through a shared slab, to be checked here. The harness reports measurements (never a verdict of "ok") to the parent
 evaluator over a pipe the parent owns.
@@ -435,8 +435,8 @@ class Harness:
                         inputs_mod.refill(base_buf, sets[plan[i]]["inputs"])
 
                     base += self.timer.graph_block(base_graph, per_block, refill=refill)
-        for name, ms in (("graph_ms", cand), ("baseline_graph_ms", base)):
-            if ms and not row.get(name.replace("ms", "error")):
+        for name, error, ms in (("graph_ms", "graph_error", cand), ("baseline_graph_ms", "baseline_graph_error", base)):
+            if ms and not row.get(error):
                 stats = timing.summarize(ms)
                 row[name], row[name + "_iqr"] = stats["median"], stats["iqr"]
         for name in ("graph_error", "baseline_graph_error"):
@@ -647,8 +647,10 @@ def main() -> int:
     """Entry point: preload for the device named on the command line, read the config from stdin, run, and
     report any failure of our own as harness_error."""
     faulthandler.enable()
-    if len(sys.argv) > 1:
-        _preload(sys.argv[1])
+    if len(sys.argv) != 2:
+        print("usage: python -m workbench.evaluator.harness DEVICE  (configuration as JSON on stdin)", file=sys.stderr)
+        return 2
+    _preload(sys.argv[1])
     text = sys.stdin.read()
     if not text.strip():
         return 0  # a pre-started pair that was never used

@@ -181,7 +181,7 @@ class _Run:
             }
             self.worker_log, self.private = pair.worker_log, str(private)
             pair.send(worker_cfg, harness_cfg)
-            outcome = self._watch(pair.fds["parent_in"])
+            outcome = self._watch(pair.parent_in)
             return self._finish(outcome, pair.harness, pair.worker, pair.tmp)
         finally:
             keep = bool(os.environ.get(KEEP_ENV))

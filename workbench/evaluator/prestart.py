@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +91,7 @@ class Pair:
     Attributes:
         tmp: the evaluation's private folder (mode 0700); the worker runs in tmp/candidate.
         slabs: where the tensor slabs go (shared memory when roomy, else tmp).
-        fds: the pipe ends the children use, by role; the parent keeps only `parent_in` open once sent.
-        started: monotonic time of the spawn, so callers can tell how much start-up a pair hid.
+        parent_in: the one pipe end this process keeps: the harness's messages (EOF when it dies).
     """
 
     def __init__(self, device: str):
@@ -102,9 +100,8 @@ class Pair:
         self.cand_dir = self.tmp / "candidate"
         self.cand_dir.mkdir()
         self.slabs = _slab_dir(self.tmp)
-        self.started = time.monotonic()
         self.procs: list[subprocess.Popen] = []
-        self.fds: dict[str, int] = {}
+        self.parent_in: int | None = None
         self.closed = False
         try:
             self._start()
@@ -116,25 +113,27 @@ class Pair:
         h2w_r, h2w_w = os.pipe()
         w2h_r, w2h_w = os.pipe()
         h2p_r, h2p_w = os.pipe()
-        self.fds = {"worker_in": h2w_r, "harness_to_worker": h2w_w, "harness_in": w2h_r, "worker_out": w2h_w,
-                    "parent_in": h2p_r, "harness_out": h2p_w}
-        for fd in (h2w_w, w2h_w):
-            wire.widen(fd)
-        env = child_env(self.device)
-        self.worker_log = self.tmp / "worker.log"
-        self.harness_log = self.tmp / "harness.log"
-        self.worker = _spawn("workbench.evaluator.worker", self.device, (h2w_r, w2h_w), self.worker_log,
-                             self.cand_dir, env)
-        self.procs.append(self.worker)
-        self.harness = _spawn("workbench.evaluator.harness", self.device, (h2w_w, w2h_r, h2p_w), self.harness_log,
-                              self.tmp, env)
-        self.procs.append(self.harness)
+        self.parent_in = h2p_r
+        children_ends = (h2w_r, h2w_w, w2h_r, w2h_w, h2p_w)
+        try:
+            for fd in (h2w_w, w2h_w):
+                wire.widen(fd)
+            env = child_env(self.device)
+            self.worker_log = self.tmp / "worker.log"
+            self.harness_log = self.tmp / "harness.log"
+            self.worker = _spawn("workbench.evaluator.worker", self.device, (h2w_r, w2h_w), self.worker_log,
+                                 self.cand_dir, env)
+            self.procs.append(self.worker)
+            self.harness = _spawn("workbench.evaluator.harness", self.device, (h2w_w, w2h_r, h2p_w),
+                                  self.harness_log, self.tmp, env)
+            self.procs.append(self.harness)
+        finally:
+            for fd in children_ends:  # only the children hold these now: EOF means death
+                os.close(fd)
         self.worker_fds = (h2w_r, w2h_w)
         """The worker's (requests in, replies out) descriptor numbers, as inherited."""
         self.harness_fds = (h2w_w, w2h_r, h2p_w)
         """The harness's (to worker, from worker, to parent) descriptor numbers, as inherited."""
-        for role in ("worker_in", "harness_to_worker", "harness_in", "worker_out", "harness_out"):
-            os.close(self.fds.pop(role))  # only the children hold these now: EOF means death
 
     def alive(self) -> bool:
         return not self.closed and all(p.poll() is None for p in self.procs)
@@ -159,12 +158,9 @@ class Pair:
                 except OSError:
                     pass
             kill_group(proc)
-        for fd in self.fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.fds = {}
+        if self.parent_in is not None:
+            os.close(self.parent_in)
+            self.parent_in = None
         if self.slabs != self.tmp:
             shutil.rmtree(self.slabs, ignore_errors=True)
         if not keep_dir:

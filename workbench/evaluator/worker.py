@@ -1,6 +1,6 @@
 """The candidate process: loads one candidate file and runs it on the trusted harness's requests.
 
-Run as ``python -m workbench.evaluator.worker`` with its JSON config on stdin. Everything here shares a process
+Run as ``python -m workbench.evaluator.worker DEVICE`` with its JSON config on stdin. Everything here shares a process
 with untrusted code, so the harness treats every reply as a claim: outputs are re-checked there against expected
 outputs that never enter this process, and only failures (never successes) are taken from this side on trust.
 Inputs are drawn here with the task's own make_inputs (reported by fingerprint); tensors travel through shared
@@ -369,12 +369,6 @@ class Worker:
                 return 3  # a CUDA fault leaves the context unusable: never run anything else in it
 
 
-def _read_config() -> dict[str, Any] | None:
-    """The configuration from stdin; None when the owner closed it unsent (a pre-started pair never used)."""
-    text = sys.stdin.read()
-    return json.loads(text) if text.strip() else None
-
-
 def main() -> int:
     """Entry point: import torch and triton (and warm up the device) first, then wait for the configuration.
 
@@ -382,12 +376,10 @@ def main() -> int:
     waits to be used (workbench.evaluator.prestart); the candidate is only named in the configuration.
     """
     faulthandler.enable()
-    device = sys.argv[1] if len(sys.argv) > 1 else None
-    if device is None:
-        cfg = _read_config()
-        if cfg is None:
-            return 0
-        device = cfg["device"]
+    if len(sys.argv) != 2:
+        print("usage: python -m workbench.evaluator.worker DEVICE  (configuration as JSON on stdin)", file=sys.stderr)
+        return 2
+    device = sys.argv[1]
     import numpy  # noqa: F401  - loaded before the candidate so it is not counted as the candidate's import
     import torch
     import triton  # noqa: F401
@@ -405,10 +397,10 @@ def main() -> int:
     from workbench.evaluator import inputs, slab, timing, wire  # noqa: F401
     from workbench.evaluator.guards import runtime  # noqa: F401
 
-    if len(sys.argv) > 1:
-        cfg = _read_config()
-        if cfg is None:
-            return 0
+    text = sys.stdin.read()
+    if not text.strip():
+        return 0  # a pre-started pair that was never used
+    cfg = json.loads(text)
     if cfg["device"] != device:
         print(f"worker started for {device} but configured for {cfg['device']}", file=sys.stderr)
         return 2

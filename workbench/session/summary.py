@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 FIELDS = ("task", "agent", "created", "status", "attempts", "best", "best_speedup", "elapsed_s", "run_started_ts",
           "last_ts")
-_STATE_HEADER = b"\n[state]"
+_STATE_HEADER = b"[state]"
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,14 +44,19 @@ def of(meta: Mapping[str, Any]) -> dict[str, Any]:
 def read_head(path: Path) -> dict[str, Any] | None:
     """session.toml parsed only up to its [state] table, when a [summary] precedes it; None otherwise.
 
+    Reads line by line and stops at [state], so a multi-megabyte state is neither read nor parsed.
+
     Raises:
         OSError: the file cannot be read.
         tomllib.TOMLDecodeError: the head is not valid TOML.
     """
+    head = []
     with open(path, "rb") as f:
-        data = f.read()
-    cut = data.find(_STATE_HEADER)
-    if cut < 0:
-        return None
-    head = tomllib.loads(data[:cut].decode("utf-8"))
-    return head if isinstance(head.get("summary"), dict) else None
+        for line in f:
+            if line.rstrip() == _STATE_HEADER:
+                break
+            head.append(line)
+        else:
+            return None
+    parsed = tomllib.loads(b"".join(head).decode("utf-8"))
+    return parsed if isinstance(parsed.get("summary"), dict) else None

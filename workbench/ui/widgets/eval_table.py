@@ -27,8 +27,9 @@ COLUMNS = (
     ("roof", "roof"),
 )
 """(column key, label); times in ms. 'roof' is floor_ms / ms: how close the shape runs to its roofline bound."""
-GRAPH_COLUMN = ("graph_speedup", "graph")
-"""Added once an evaluation carries CUDA-graph times (task graph_timing, --graph): the speedup as graph replays."""
+GRAPH_COLUMNS = COLUMNS[:6] + (("graph_speedup", "graph"),) + COLUMNS[6:]
+"""The columns once an evaluation carries CUDA-graph times (task graph_timing, --graph): the speedup as graph
+replays, placed beside the event speedup so it stays in view on a 120-column terminal (floor and roof scroll)."""
 
 
 def latest_evaluated(state: SessionState) -> Attempt | None:
@@ -95,52 +96,54 @@ class EvalTable(Vertical):
         best = state.best_attempt
         best_ms = {s.get("name"): s.get("ms") for s in best.shapes} if best is not None else {}
         table: DataTable[Text] = self.query_one("#shapes", DataTable)
-        columns = list(COLUMNS)
-        if GRAPH_COLUMN[0] in table.columns or any(s.get(GRAPH_COLUMN[0]) is not None for s in attempt.shapes):
-            columns.append(GRAPH_COLUMN)
-        rows = {str(s.get("name", "?")): self._cells(s, best_ms.get(s.get("name")), graph=len(columns) > len(COLUMNS))
-                for s in attempt.shapes}
+        graph = "graph_speedup" in table.columns or any(s.get("graph_speedup") is not None for s in attempt.shapes)
+        columns = GRAPH_COLUMNS if graph else COLUMNS
+        rows = {str(s.get("name", "?")): self._cells(s, best_ms.get(s.get("name"))) for s in attempt.shapes}
         with self.app.batch_update():
-            if len(columns) > len(COLUMNS) and GRAPH_COLUMN[0] not in table.columns:
-                table.add_column(GRAPH_COLUMN[1], key=GRAPH_COLUMN[0], default=Text(fmt.DASH, style=MUTED))
+            if graph and "graph_speedup" not in table.columns:
+                # Once per session: the first evaluation with graph times re-lays the table out.
+                table.clear(columns=True)
+                for key, label in columns:
+                    table.add_column(label, key=key)
             for row_key in list(table.rows):
                 if row_key.value not in rows:
                     table.remove_row(row_key)
             existing = {row_key.value for row_key in table.rows}
             for name, cells in rows.items():
                 if name in existing:
-                    for (column, _label), cell in zip(columns, cells):
-                        table.update_cell(name, column, cell)
+                    for column, _label in columns:
+                        table.update_cell(name, column, cells[column])
                 else:
-                    table.add_row(*cells, key=name)
+                    table.add_row(*(cells[column] for column, _label in columns), key=name)
             table.sort("shape", key=lambda cell: _natural(cell.plain))
         self._describe(attempt, state)
 
-    def _cells(self, shape: Mapping[str, Any], best_ms: float | None, graph: bool = False) -> list[Text]:
+    def _cells(self, shape: Mapping[str, Any], best_ms: float | None) -> dict[str, Text]:
+        """Every column's cell for one shape, by column key (the table shows those its layout has)."""
         variables = self.app.theme_variables
         good, bad = theme_style(variables, "text-success"), theme_style(variables, "text-error")
         correct = shape.get("correct")
-        speed = shape.get("speedup")
         time, floor = shape.get("ms"), shape.get("floor_ms")
         roof = floor / time if isinstance(floor, (int, float)) and isinstance(time, (int, float)) and time > 0 else None
         faster = best_ms is not None and time is not None and time < best_ms * 0.999
-        return [
-            Text(str(shape.get("name", "?")), style=theme_style(variables, "text-primary", bold=True)),
-            Text("✓", style=good) if correct else Text("✗" if correct is False else fmt.DASH, style=bad),
-            Text(fmt.rel_err(shape.get("rel_err")), style=bad if correct is False else MUTED, justify="right"),
-            Text(fmt.ms(time), style=good if faster else "", justify="right"),
-            Text(fmt.ms(shape.get("baseline_ms")), style=MUTED, justify="right"),
-            Text(fmt.speedup(speed), justify="right",
-                 style=(good if speed >= 1 else bad) if isinstance(speed, (int, float)) else MUTED),
-            Text(fmt.ms(floor), style=MUTED, justify="right"),
-            Text(f"{roof:.0%}" if roof is not None else fmt.DASH, style=MUTED, justify="right"),
-        ] + ([self._graph_cell(shape.get(GRAPH_COLUMN[0]), good, bad)] if graph else [])
 
-    @staticmethod
-    def _graph_cell(speed: Any, good: Any, bad: Any) -> Text:
-        if not isinstance(speed, (int, float)):
-            return Text(fmt.DASH, style=MUTED, justify="right")
-        return Text(fmt.speedup(speed), style=good if speed >= 1 else bad, justify="right")
+        def speedup(value: Any) -> Text:
+            if not isinstance(value, (int, float)):
+                return Text(fmt.DASH, style=MUTED, justify="right")
+            return Text(fmt.speedup(value), style=good if value >= 1 else bad, justify="right")
+
+        return {
+            "shape": Text(str(shape.get("name", "?")), style=theme_style(variables, "text-primary", bold=True)),
+            "correct": Text("✓", style=good) if correct else Text("✗" if correct is False else fmt.DASH, style=bad),
+            "rel_err": Text(fmt.rel_err(shape.get("rel_err")), style=bad if correct is False else MUTED,
+                            justify="right"),
+            "ms": Text(fmt.ms(time), style=good if faster else "", justify="right"),
+            "baseline_ms": Text(fmt.ms(shape.get("baseline_ms")), style=MUTED, justify="right"),
+            "speedup": speedup(shape.get("speedup")),
+            "graph_speedup": speedup(shape.get("graph_speedup")),
+            "floor_ms": Text(fmt.ms(floor), style=MUTED, justify="right"),
+            "roof": Text(f"{roof:.0%}" if roof is not None else fmt.DASH, style=MUTED, justify="right"),
+        }
 
     def _describe(self, attempt: Attempt, state: SessionState) -> None:
         star = " ★" if state.best == attempt.n else ""
