@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterator
 
 import pytest
@@ -241,3 +242,27 @@ async def test_an_evaluation_profile_and_a_later_ncu_run_show_together() -> None
         footer = str(pane.query_one("#ncu").render())
         assert "vs #4 S1: time 0.0412 ms -> 0.0385 ms" in footer and "occupancy_pct 38" in footer
         assert app.profiles[5]["source"] == "ncu" and "shapes" in app.profiles[5]
+
+
+async def test_a_new_attempt_keeps_the_persons_cursor_and_scroll_in_the_source_view() -> None:
+    """Replacing the shown source must not jump to its end (the replacement's cursor) nor lose a scroll."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        kernel = live(app).query_one(KernelView)
+        editor = kernel.query_one(TextArea)
+        attempts = app.state.attempts
+        longer = {n: attempts[n] for n in attempts}
+        for n, lines in ((4, 80), (5, 90)):
+            source = "\n".join(f"# line {i} of attempt {n}" for i in range(lines))
+            longer[n] = dataclasses.replace(attempts[n], source=source, sha256=f"sha-{n}-{lines}")
+        kernel.show(longer[4], best=4, attempts=longer)
+        await pilot.pause()
+        assert editor.cursor_location == (0, 0) and editor.scroll_offset.y == 0
+        editor.scroll_to(y=30, animate=False)
+        await pilot.pause()
+        kernel.show(longer[5], best=4, attempts=longer)
+        await pilot.pause()
+        await pilot.pause()
+        assert editor.text.startswith("# line 0 of attempt 5")
+        assert editor.cursor_location == (0, 0) and editor.scroll_offset.y == 30

@@ -145,6 +145,7 @@ def test_live_screen_with_graph_timings(snap_compare: Any) -> None:
         screen = app.screen
         assert isinstance(screen, LiveScreen)
         screen.flush()
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -9,6 +9,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import TextArea
+from textual.widgets.text_area import Selection
 
 from workbench.session.state import Attempt
 from workbench.ui import formatting as fmt
@@ -147,8 +148,13 @@ class KernelView(Vertical):
                 else:
                     # read_only stops the person, not the program. An edit of the existing document re-parses it
                     # incrementally; load_text would build a new one and compile the highlight query again, which
-                    # cost ~40 ms per attempt here. It also leaves the person's scroll position where it was.
-                    editor.replace(attempt.source, (0, 0), editor.document.end, maintain_selection_offset=False)
+                    # cost ~40 ms per attempt here. The replacement would leave the cursor at the end of the new
+                    # text and scroll there, so the person's cursor and scroll position are put back (clamped).
+                    cursor, scroll = editor.cursor_location, editor.scroll_offset
+                    editor.replace(attempt.source, (0, 0), editor.document.end)
+                    row = min(cursor[0], editor.document.line_count - 1)
+                    editor.selection = Selection.cursor((row, min(cursor[1], len(editor.document.get_line(row)))))
+                    editor.scroll_to(x=scroll.x, y=scroll.y, animate=False)
                 self.shown = key
             details = [attempt.note] if attempt.note else []
             if attempt.params:
