@@ -538,6 +538,7 @@ def test_clock_sampler_summary(monkeypatch):
         {"clocks.sm": "1755", "clocks.mem": "3201", "temperature.gpu": "57", "power.draw": "420", "throttle.active": "0x4"},
     ])
     monkeypatch.setattr(envinfo, "smi_query", lambda: next(rows, {}))
+    monkeypatch.setattr(envinfo.nvml, "query", lambda target=None: None)  # the nvidia-smi path, even on a GPU box
     sampler = envinfo.ClockSampler(interval_s=0.001)
     sampler.start()
     deadline = time.monotonic() + 10

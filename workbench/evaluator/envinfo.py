@@ -9,6 +9,8 @@ import subprocess
 import threading
 from typing import Any
 
+from workbench.evaluator import nvml
+
 _SMI_FIELDS = [
     "name",
     "uuid",
@@ -29,8 +31,8 @@ IDLE_REASON = 0x1
 
 
 def _smi_target() -> str:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return visible or "0"
+    # One definition of "the GPU this process uses", shared with the NVML reader so both sources agree.
+    return nvml.visible_target()
 
 
 def smi_query() -> dict[str, Any]:
@@ -108,18 +110,43 @@ def collect(device: str) -> dict[str, Any]:
 class ClockSampler(threading.Thread):
     """Samples clocks, temperature, power and throttle reasons while timing runs (idle clocks say nothing).
 
-    It runs in the trusted harness, whose CPU is not the candidate worker's, and sleeps between samples.
+    It runs in the trusted harness, whose CPU is not the candidate worker's, and sleeps between samples. It reads
+    NVML in-process when that works, because an nvidia-smi per sample costs a process start and takes the driver
+    lock while kernels are being timed; otherwise it falls back to nvidia-smi. The first read picks the source
+    for the whole run, so one summary never mixes the two.
     """
 
     def __init__(self, interval_s: float = 1.0):
         super().__init__(name="clock-sampler", daemon=True)
         self.interval_s = interval_s
         self.samples: list[dict[str, Any]] = []
+        self.source: str | None = None  # "nvml" or "nvidia-smi", fixed by the first read
+        self.errors = 0  # reads that raised: counted for the summary, never allowed to end the thread
         self._halt = threading.Event()  # not _stop: Thread uses that name itself
+
+    def _read(self) -> dict[str, Any]:
+        if self.source is None:
+            # A reader that opens but yields no field (a MIG slice, say) is no better than none at all.
+            try:
+                row = nvml.query()
+            except Exception:  # noqa: BLE001 - NVML is optional; nvidia-smi still answers
+                self.errors += 1
+                row = None
+            if row:
+                self.source = "nvml"
+                return row
+            self.source = "nvidia-smi"
+        if self.source == "nvml":
+            return nvml.query() or {}
+        return smi_query()
 
     def run(self) -> None:
         while not self._halt.is_set():
-            row = smi_query()
+            try:
+                row = self._read()
+            except Exception:  # noqa: BLE001 - a failed sample must not end sampling for the rest of the timing
+                self.errors += 1
+                row = {}
             if row:
                 self.samples.append(row)
             self._halt.wait(self.interval_s)
@@ -144,7 +171,9 @@ class ClockSampler(threading.Thread):
                 mask |= int(str(row.get("throttle.active")), 16)
             except ValueError:
                 pass
-        summary: dict[str, Any] = {"samples": len(self.samples)}
+        summary: dict[str, Any] = {"samples": len(self.samples), "source": self.source}
+        if self.errors:
+            summary["errors"] = self.errors
         for key, name in (("clocks.sm", "sm_mhz"), ("clocks.mem", "mem_mhz")):
             values = nums(key)
             if values:
