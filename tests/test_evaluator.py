@@ -506,6 +506,17 @@ def test_judge_implausible_and_floor(task):
     rows[0].update(ms=floor * 3, baseline_ms=floor * 4)
     assert verdicts.judge(task, "cuda", rows, None, "torch.softmax") == ("ok", "", [])
     assert verdicts.quarantine(task, "cuda", "ok", rows) is None
+    # A launch-bound baseline: 20x by events, 2x in GPU time under graphs. Judged on GPU time, with a warning.
+    rows[0].update(ms=floor * 3, baseline_ms=floor * 60, graph_ms=floor * 3, baseline_graph_ms=floor * 6)
+    verdict, _, warnings = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    assert verdict == "ok" and any("in GPU time under CUDA graphs" in w for w in warnings)
+    # A candidate fast only under graphs (or only by events) is judged on its faster time.
+    rows[0].update(graph_ms=floor * 0.2)
+    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    assert verdict == "implausible" and "under the roofline floor" in message
+    rows[0].update(graph_ms=floor * 1.2, baseline_graph_ms=floor * 30)
+    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    assert verdict == "implausible" and "25x faster" in message
     # The interpreter has no floor and no plausibility limit.
     assert verdicts.judge(task, "cpu", [{"name": "C1", "ms": 1e-9, "baseline_ms": 1.0}], None, "x")[0] == "ok"
 

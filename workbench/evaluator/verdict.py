@@ -72,6 +72,18 @@ def _where(stage: dict[str, Any]) -> str:
     return " (" + ", ".join(parts) + ")"
 
 
+def _best_ms(row: dict[str, Any], graph_key: str, event_ms: float | None) -> float | None:
+    """The faster of a side's event and CUDA-graph times: plausibility is judged on GPU time.
+
+    A launch-bound baseline's event window is mostly host gaps (FLA at small held-out shapes: 1.3 ms of events
+    around 0.09 ms of kernels), which would make any honest candidate look implausibly fast. Taking each side's
+    faster time keeps the check strict: a candidate fast in either mode is judged on that.
+    """
+    graph = row.get(graph_key)
+    times = [t for t in (event_ms, graph) if isinstance(t, (int, float)) and t > 0]
+    return min(times) if times else None
+
+
 def judge(
     task: "Task",
     device: str,
@@ -106,16 +118,20 @@ def judge(
             ms, floor = row.get("ms"), task.floor_ms(row["name"], "cuda")
             if ms is None:
                 continue
-            if floor is not None and ms < floor:
+            best, base = _best_ms(row, "graph_ms", ms), _best_ms(row, "baseline_graph_ms", row.get("baseline_ms"))
+            if floor is not None and best < floor:
                 return ("implausible",
-                        f"implausible: {row['name']} took {ms:.4g} ms, under the roofline floor {floor:.4g} ms",
+                        f"implausible: {row['name']} took {best:.4g} ms, under the roofline floor {floor:.4g} ms",
                         warnings)
-            base = row.get("baseline_ms")
-            if base and ms > 0 and base / ms > task.plausible_speedup:
+            if base and best > 0 and base / best > task.plausible_speedup:
                 return ("implausible",
-                        f"implausible: {row['name']} is {base / ms:.3g}x faster than {baseline}, above the task's "
+                        f"implausible: {row['name']} is {base / best:.3g}x faster than {baseline}, above the task's "
                         f"plausible_speedup {task.plausible_speedup:g}x; needs review before it can count",
                         warnings)
+            event_base = row.get("baseline_ms")
+            if event_base and ms > 0 and event_base / ms > task.plausible_speedup:
+                warnings.append(f"{row['name']}: {event_base / ms:.3g}x by events but {base / best:.3g}x in GPU time "
+                                f"under CUDA graphs: the baseline's event time is mostly launch gaps")
             _, nbytes = task.work(row["name"])
             tb_s = nbytes / (ms * 1e-3) / 1e12
             if tb_s > MEASURED_COPY_TB_S:
