@@ -14,13 +14,14 @@ Akk and Aqk uses the row just before it, so row factors are <= 1 and column fact
 never depends on later tokens. Partial chunks are padded with g = k = v = beta = 0, so padded rows neither
 decay the state nor add to it.
 
-Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, anchors,
-and eight tensor-core products of row-masked rows against each row block's own columns, accumulated in place)
-stores qg, kg, gc, Aqk and beta Gamma K (parked in w) and keeps L in registers; then the four 16x16 diagonal
-blocks of I + L, transposed once so that the 15 dependent steps need no layout change, are inverted by forward
-substitution in fp32 and merged with four tf32 products, and W = M (beta Gamma K) overwrites the parked values
-while U = M (beta V) is written. The scan reads the intermediates once per V-block and writes o and the final
-state, so no per-chunk state goes to memory. Two launches in all, against FLA's six.
+Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, the four
+anchor rows picked in one reduction, and eight tensor-core products of row-masked rows against each row block's
+own columns, accumulated in place) stores qg, kg, gc, Aqk and beta Gamma K (parked in w) and keeps L in
+registers; then the four 16x16 diagonal blocks of I + L, transposed once so that no dependent step needs a
+layout change, are inverted in fp32 (forward substitution on their 8x8 halves, all eight at once, and two 8x8x8
+products for each corner) and merged with four tf32 products, and W = M (beta Gamma K) overwrites the parked
+values while U = M (beta V) is written. The scan reads the intermediates once per V-block and writes o and the
+final state, so no per-chunk state goes to memory. Two launches in all, against FLA's six.
 """
 
 import torch
@@ -33,9 +34,15 @@ BT = 64  # chunk length
 LAUNCHED = {}
 # BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
 # per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms
-# on 2026-11-30 (benchmarks/RESULTS.md has the tables); this CONFIG: 1.248-1.254.
+# on 2026-11-30 (benchmarks/RESULTS.md has the tables); this CONFIG: 1.221 (FLA 1.842 in the same run).
+#   anchors in one reduction + inverse by 8x8 halves: 1.221; each alone 1.228 / 1.242; neither (the old code,
+#   four row reductions and a 15-step 16x16 substitution): 1.253
+#   removed (same day, against 1.227-1.229 in the same runs): halves inverted by halves again (4x4) 1.229; 8x8
+#   halves by fp32 products (I - T)(I + T^2)(I + T^4) 1.551; v prefetched before the inverse 1.225 (noise), v and
+#   the stash 1.234; scan as a programmatic dependent launch 1.232; scan issuing the state update before the
+#   output 1.258
 #   kept knobs: prep_stages 1: 1.313, 3: 1.274; BV 32: 1.441; scan_warps 8: 1.475; BK 32: prep 1.37 ms (1.08)
-#   untransposed forward substitution: 1.258-1.263, same errors (also in benchmarks/kda_stress.py); removed
+#   removed: untransposed forward substitution: 1.258-1.263, same errors (also in benchmarks/kda_stress.py)
 #   removed: row blocks masked after the products 1.283 (1.274 with 2 stages); K loop unrolled 1.300
 #   removed: prep register cap 168: 1.416, 128: 1.958 (spills); block-local anchors 1.376
 #   removed: anchors from block sums 1.753 (of the tile) / 1.429 (of a second load); cumsum by tf32 products 1.985
@@ -63,26 +70,63 @@ def _store_chunk(base, stride, cols, x):
 
 
 @triton.jit
-def _row(x, rr, i):
-    """Row i of a [64, N] tile, as [N]."""
-    return tl.sum(tl.where(rr == i, x, 0.0), 0)
-
-
-@triton.jit
-def _inv_blocks_t(Lt):
-    """(I + L_b)^-1 for each strictly lower 16x16 block L_b, by forward substitution in fp32, from the transposed
-    blocks Lt[b, j, i] = L_b[i, j] [4, 16, 16]: row i of L_b is then a sum over the last axis and the update a
-    sum over the middle one, and each result broadcasts back along the axis it was reduced over, so the 15
+def _inv_blocks_t(Lt, NB: tl.constexpr, N: tl.constexpr):
+    """(I + L_b)^-1 for each strictly lower NxN block L_b, by forward substitution in fp32, from the transposed
+    blocks Lt[b, j, i] = L_b[i, j] [NB, N, N]: row i of L_b is then a sum over the last axis and the update a
+    sum over the middle one, and each result broadcasts back along the axis it was reduced over, so the N-1
     dependent steps need no layout conversion (the transpose is done once, before)."""
-    r = tl.arange(0, 16)
+    r = tl.arange(0, N)
     R = r[None, :, None]
     C = r[None, None, :]
-    X = tl.where(R == C, 1.0, 0.0) + tl.zeros([4, 16, 16], dtype=tl.float32)
-    for i in tl.static_range(1, 16):
+    X = tl.where(R == C, 1.0, 0.0) + tl.zeros([NB, N, N], dtype=tl.float32)
+    for i in tl.static_range(1, N):
         li = tl.sum(tl.where(C == i, Lt, 0.0), 2)
         upd = tl.sum(li[:, :, None] * X, 1)
         X = tl.where(R == i, X - upd[:, None, :], X)
     return X
+
+
+@triton.jit
+def _split_halves(Lt, NB: tl.constexpr, N: tl.constexpr):
+    """From transposed blocks Lt[b, j, i] = L_b[i, j] [NB, N, N], with L_b = [[A, 0], [C, D]] in halves: the
+    transposed diagonal halves [2 NB, N/2, N/2] (A_b, D_b for each b) and c_t[b, j, r] = C_b[r, j]."""
+    S: tl.constexpr = N // 2
+    h = tl.arange(0, 2)
+    JH = h[None, :, None, None, None]
+    IH = h[None, None, None, :, None]
+    # [b, jh, jl, ih, il] = L_b[S ih + il, S jh + jl]
+    Lt5 = tl.reshape(Lt, [NB, 2, S, 2, S])
+    diag_t = tl.reshape(tl.sum(tl.where(JH == IH, Lt5, 0.0), 3), [2 * NB, S, S])
+    c_t = tl.sum(tl.sum(tl.where((JH == 0) & (IH == 1), Lt5, 0.0), 3), 1)
+    return diag_t, c_t
+
+
+@triton.jit
+def _merge_halves(X, c_t, NB: tl.constexpr, N: tl.constexpr):
+    """(I + L_b)^-1 = [[Ai, 0], [-Di C Ai, Di]] [NB, N, N] from the halves' inverses X [2 NB, N/2, N/2] (Ai, Di
+    for each b): the corner is two fp32 products on the CUDA cores (exact, unlike a tf32 merge)."""
+    S: tl.constexpr = N // 2
+    h = tl.arange(0, 2)
+    X4 = tl.reshape(X, [NB, 2, S, S])
+    H4 = h[None, :, None, None]
+    a_inv = tl.sum(tl.where(H4 == 0, X4, 0.0), 1)
+    d_inv = tl.sum(tl.where(H4 == 1, X4, 0.0), 1)
+    # C Ai: [b, j, r, c] summed over j; then -Di (C Ai): [b, r, j, c] summed over j
+    ca = tl.sum(c_t[:, :, :, None] * a_inv[:, :, None, :], 1)
+    corner = -tl.sum(d_inv[:, :, :, None] * ca[:, None, :, :], 2)
+    RH = h[None, :, None, None, None]
+    CH = h[None, None, None, :, None]
+    out = tl.where(RH == CH, X4[:, :, :, None, :],
+                   tl.where((RH == 1) & (CH == 0), corner[:, None, :, None, :], 0.0))
+    return tl.reshape(out, [NB, N, N])
+
+
+@triton.jit
+def _inv_by_halves(Lt, NB: tl.constexpr, N: tl.constexpr):
+    """_inv_blocks_t in about half the dependent steps: all 2 NB diagonal halves are substituted at once (N/2 - 1
+    steps instead of N - 1) and each corner is merged by _merge_halves."""
+    diag_t, c_t = _split_halves(Lt, NB, N)
+    return _merge_halves(_inv_blocks_t(diag_t, 2 * NB, N // 2), c_t, NB, N)
 
 
 @triton.jit
@@ -97,10 +141,14 @@ def _intra_slice(kk, qb, kb, gb, bt, w, qg, kg, gcb, mid_row, rmask, scale, H, a
     cols = kk + tl.arange(0, BK)
     gl = _rows_tile(gb, r64, rmask, H * K, cols) * LN2INV
     G = tl.cumsum(gl, 0)
-    c1 = _row(G, rr, 15)
-    c2 = _row(G, rr, 31)
-    c3 = _row(G, rr, 47)
-    gC = _row(G, rr, 63)
+    # rows 15, 31, 47 and 63 in one reduction over the rows (one cross-warp pass instead of four); the four
+    # rows then sit in each thread's registers, so picking one out is local
+    blk = tl.arange(0, 4)
+    ends = tl.sum(tl.where(rr[None, :, :] == (16 * blk + 15)[:, None, None], G[None, :, :], 0.0), 1)
+    c1 = tl.sum(tl.where(blk[:, None] == 0, ends, 0.0), 0)
+    c2 = tl.sum(tl.where(blk[:, None] == 1, ends, 0.0), 0)
+    c3 = tl.sum(tl.where(blk[:, None] == 2, ends, 0.0), 0)
+    gC = tl.sum(tl.where(blk[:, None] == 3, ends, 0.0), 0)
     kt = _rows_tile(kb, r64, rmask, H * K, cols)
     eG = tl.exp2(G)
     _store_chunk(kg + mid_row * K, K, cols, kt * tl.exp2(gC[None, :] - G))
@@ -172,14 +220,15 @@ def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr,
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
     cc = r64[None, :]
-    # Forward substitution on the four 16x16 diagonal blocks in fp32 (D^-1), then with Z = D^-1 N for the
+    # The four 16x16 diagonal blocks inverted in fp32 (D^-1, _inv_by_halves), then with Z = D^-1 N for the
     # block-lower rest N (Z^4 = 0): M = D^-1 - Z (D^-1 - Z (D^-1 - Z D^-1)), tf32 products. Row r of M
     # involves rows <= r of L only.
     band = rr // 16 - cc // 16
     b4 = tl.arange(0, 4)
     same = b4[:, None, None, None] == b4[None, None, :, None]
     # [b, j, i] = L[16b + i, 16b + j]: one transpose here instead of one per substitution step
-    dinv3 = _inv_blocks_t(tl.sum(tl.where(same, tl.reshape(tl.trans(L), [4, 16, 4, 16]), 0.0), 2))
+    lt_blocks = tl.sum(tl.where(same, tl.reshape(tl.trans(L), [4, 16, 4, 16]), 0.0), 2)
+    dinv3 = _inv_by_halves(lt_blocks, 4, 16)
     dinv = tl.reshape(tl.where(same, dinv3[:, :, None, :], 0.0), [64, 64])
     z = tl.dot(dinv, tl.where(band >= 1, L, 0.0))
     p = tl.dot(z, dinv)
