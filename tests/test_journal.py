@@ -431,3 +431,19 @@ def test_stale_lock_from_a_sigkilled_writer(path: Path) -> None:
     assert (path.parent / "events.lock").read_text().strip() == str(holder.pid)
     with Journal.open(path) as journal:
         assert journal.last_seq == 1
+
+
+def test_scan_lines_decodes_only_what_is_wanted_but_checks_every_line(path: Path) -> None:
+    from workbench.journal.chain import Scan, start_chain
+
+    make(path, 5)
+    with open(path, "rb") as f:
+        chain, _ = start_chain(f, path, None, verify=True)
+        got = [(raw, event) for raw, event in Scan(f, chain).lines(lambda raw: b'"i": 2' in raw)]
+    assert [event.seq if event else None for _, event in got] == [None, 2, None, None, 5]  # the last is always
+    assert [raw for raw, _ in got] == lines_of(path)
+    _flip(path, 3, b"line 3", b"line 8")  # a line never decoded is still hash-checked through its successor
+    with open(path, "rb") as f, pytest.raises(JournalCorrupt) as info:
+        chain, _ = start_chain(f, path, None, verify=True)
+        list(Scan(f, chain).lines(lambda raw: False))
+    assert info.value.line == 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from workbench.journal.errors import JournalCorrupt
 from workbench.journal.record import START, Anchor, Event, NotJson, check_type, decode, line_hash, peek
@@ -155,8 +155,11 @@ class Scan:
         self.torn: Torn | None = None
         """The torn final line, known once events() is exhausted."""
 
-    def events(self, start_seq: int, *, want_events: bool) -> Iterator[Event]:
-        """Check every line to the end; yield those with seq >= start_seq when want_events.
+    def lines(self, want: Callable[[bytes], bool]) -> Iterator[tuple[bytes, Event | None]]:
+        """Check every line to the end; yield each complete line with its Event, decoded only where want(raw)
+        says so (and always for the last line, which no successor's prev vouches for).
+
+        For readers that pick events by a cheap look at the raw line (the history skips bulky types).
 
         Raises:
             JournalCorrupt: a real break (anything but a torn final line).
@@ -167,16 +170,24 @@ class Scan:
             if end is None:
                 self.torn = Torn(chain.offset, line, len(raw), "no newline at the end")
                 return
-            want = want_events and line >= start_seq
             try:
-                # The last line has no successor whose prev would vouch for it, so it is always parsed.
-                event = chain.accept(raw, end, want_event=want or last)
+                event = chain.accept(raw, end, want_event=want(raw) or last)
             except NotJson:
                 if last:
                     self.torn = Torn(chain.offset, line, len(raw) + 1, "not valid JSON")
                     return
                 raise JournalCorrupt(chain.path, line, "not valid JSON, and complete lines follow it") from None
-            if want:
+            yield raw, event
+
+    def events(self, start_seq: int, *, want_events: bool) -> Iterator[Event]:
+        """Check every line to the end; yield those with seq >= start_seq when want_events.
+
+        Raises:
+            JournalCorrupt: a real break (anything but a torn final line).
+        """
+        wanted = (lambda raw: self.chain.seq + 1 >= start_seq) if want_events else (lambda raw: False)
+        for _, event in self.lines(wanted):
+            if want_events and event is not None and event.seq >= start_seq:
                 yield event
 
 

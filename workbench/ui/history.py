@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from workbench.journal import JournalError, read_events
-from workbench.journal.chain import iter_lines, start_chain
-from workbench.journal.errors import JournalCorrupt
-from workbench.journal.record import NotJson
+from workbench.journal.chain import Scan, start_chain
 from workbench.session.state import SessionState, apply
 
 SKIPPED_TYPES = frozenset({"tool.call", "tool.result", "llm.request", "checkpoint.written"})
@@ -164,29 +162,25 @@ def _type_of(raw: bytes) -> str | None:
 def _scan(path: Path) -> Iterator[tuple[str | None, dict[str, Any] | None, int, bytes]]:
     """Yield (type, record or None when not decoded, seq, line) for every complete line, checking the whole chain.
 
-    Mirrors journal.chain.Scan.events: a torn final line (a live writer mid-line, or a crash) is skipped, not
-    an error; a bad line with complete lines after it is corruption.
+    A torn final line (a live writer mid-line, or a crash) is skipped, not an error; a bad line with complete
+    lines after it is corruption. Bulky or lazily shown types are checked but not decoded.
     """
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         raise HistoryError(f"{path}: no journal here (not a session folder?)") from None
+
+    def wanted(raw: bytes) -> bool:
+        kind = _type_of(raw)
+        return kind is None or (kind not in SKIPPED_TYPES and kind not in LAZY_TYPES)
+
     with f:
         chain, _ = start_chain(f, path, None, verify=True)
-        for raw, end, last in iter_lines(f, 0):
-            if end is None:
-                return
-            kind = _type_of(raw)
-            # The last line has no successor whose prev vouches for it, so it is always decoded.
-            want = kind is None or (kind not in SKIPPED_TYPES and kind not in LAZY_TYPES) or last
-            try:
-                event = chain.accept(raw, end, want_event=want)
-            except NotJson:
-                if last:
-                    return
-                raise JournalCorrupt(path, chain.seq + 1, "not valid JSON, and complete lines follow it") from None
-            yield (event.type if event is not None else kind), (event.to_dict() if event is not None else None), \
-                chain.seq, raw
+        for raw, event in Scan(f, chain).lines(wanted):
+            if event is not None:
+                yield event.type, event.to_dict(), chain.seq, raw
+            else:
+                yield _type_of(raw), None, chain.seq, raw
 
 
 def load_history(folder: Path) -> SessionHistory:
