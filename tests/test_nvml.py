@@ -204,7 +204,8 @@ def test_sampler_uses_nvml_when_it_answers(monkeypatch):
         raise AssertionError("nvidia-smi spawned although NVML answers")
 
     monkeypatch.setattr(envinfo, "smi_query", no_smi)
-    summary = sample(envinfo.ClockSampler(interval_s=0.001), 3)
+    # The nvidia-smi interval is never used once NVML answers: 3 samples arrive long before 60 s.
+    summary = sample(envinfo.ClockSampler(interval_s=60, nvml_interval_s=0.001), 3)
     assert summary["source"] == "nvml" and summary["samples"] >= 3 and "errors" not in summary
     assert summary["sm_mhz"] == [1980.0, 1980.0] and summary["power_w_max"] == pytest.approx(412.34)
     assert envinfo.throttled(summary) == "0x4"
@@ -215,7 +216,7 @@ def test_sampler_without_library_falls_back_to_nvidia_smi(monkeypatch):
     rows = iter([{"clocks.sm": "1755", "clocks.mem": "3201", "temperature.gpu": "50", "power.draw": "300.00",
                   "throttle.active": "0x0000000000000001"}] * 2)
     monkeypatch.setattr(envinfo, "smi_query", lambda: next(rows, {}))
-    summary = sample(envinfo.ClockSampler(interval_s=0.001), 2)
+    summary = sample(envinfo.ClockSampler(interval_s=0.001, nvml_interval_s=60), 2)
     assert summary["source"] == "nvidia-smi" and summary["samples"] == 2 and summary["sm_mhz"] == [1755.0, 1755.0]
 
 
@@ -238,7 +239,7 @@ def test_nvml_raising_mid_sampling_keeps_the_thread_alive(monkeypatch):
 
     monkeypatch.setattr(nvml, "query", flaky)
     monkeypatch.setattr(envinfo, "smi_query", lambda: pytest.fail("switched source mid-run"))
-    sampler = envinfo.ClockSampler(interval_s=0.001)
+    sampler = envinfo.ClockSampler(interval_s=0.001, nvml_interval_s=0.001)
     sampler.start()
     deadline = time.monotonic() + 10
     while len(sampler.samples) < 4 and time.monotonic() < deadline:

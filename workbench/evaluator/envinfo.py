@@ -113,12 +113,14 @@ class ClockSampler(threading.Thread):
     It runs in the trusted harness, whose CPU is not the candidate worker's, and sleeps between samples. It reads
     NVML in-process when that works, because an nvidia-smi per sample costs a process start and takes the driver
     lock while kernels are being timed; otherwise it falls back to nvidia-smi. The first read picks the source
-    for the whole run, so one summary never mixes the two.
+    for the whole run, so one summary never mixes the two. An NVML read costs about 30 us (an nvidia-smi about
+    30 ms, on the H200), so NVML samples five times as often: a brief throttle inside a short timing is seen.
     """
 
-    def __init__(self, interval_s: float = 1.0):
+    def __init__(self, interval_s: float = 1.0, nvml_interval_s: float = 0.2):
         super().__init__(name="clock-sampler", daemon=True)
         self.interval_s = interval_s
+        self.nvml_interval_s = nvml_interval_s
         self.samples: list[dict[str, Any]] = []
         self.source: str | None = None  # "nvml" or "nvidia-smi", fixed by the first read
         self.errors = 0  # reads that raised: counted for the summary, never allowed to end the thread
@@ -149,7 +151,7 @@ class ClockSampler(threading.Thread):
                 row = {}
             if row:
                 self.samples.append(row)
-            self._halt.wait(self.interval_s)
+            self._halt.wait(self.nvml_interval_s if self.source == "nvml" else self.interval_s)
 
     def stop(self) -> dict[str, Any]:
         """Stop sampling and summarise: clock ranges, peak temperature and power, union of throttle reasons."""
