@@ -517,6 +517,9 @@ def test_judge_implausible_and_floor(task):
     rows[0].update(graph_ms=floor * 1.2, baseline_graph_ms=floor * 30)
     verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
     assert verdict == "implausible" and "25x faster" in message
+    # Near the floor only under a graph is quarantined like near it by events.
+    rows[0].update(ms=floor * 3, baseline_ms=floor * 4, graph_ms=floor * 1.05, baseline_graph_ms=floor * 4)
+    assert "within 10% of its roofline floor" in verdicts.quarantine(task, "cuda", "ok", rows)
     # The interpreter has no floor and no plausibility limit.
     assert verdicts.judge(task, "cpu", [{"name": "C1", "ms": 1e-9, "baseline_ms": 1.0}], None, "x")[0] == "ok"
 

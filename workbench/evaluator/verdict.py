@@ -143,14 +143,15 @@ def judge(
 def quarantine(task: "Task", device: str, verdict: str, rows: list[dict[str, Any]]) -> str | None:
     """Why a result must stay unverified until a person reviews it (HARNESS.md T8), or None.
 
-    Implausible results are always quarantined; an "ok" one is when a shape runs within 10% of its roofline floor.
+    Implausible results are always quarantined; an "ok" one is when a shape runs within 10% of its roofline floor
+    by events or under a CUDA graph.
     """
     if verdict == "implausible":
         return "implausible timing"
     if verdict != "ok" or device != "cuda":
         return None
     for row in rows:
-        ms, floor = row.get("ms"), task.floor_ms(row["name"], "cuda")
-        if isinstance(ms, (int, float)) and floor is not None and ms < QUARANTINE_FLOOR_MARGIN * floor:
+        ms, floor = _best_ms(row, "graph_ms", row.get("ms")), task.floor_ms(row["name"], "cuda")
+        if ms is not None and floor is not None and ms < QUARANTINE_FLOOR_MARGIN * floor:
             return f"{row['name']} runs within {100 * (QUARANTINE_FLOOR_MARGIN - 1):.0f}% of its roofline floor"
     return None
