@@ -30,11 +30,6 @@ IDLE_REASON = 0x1
 """The "GPU idle" bit: harmless, every other active reason means the clocks were held down."""
 
 
-def _smi_target() -> str:
-    # One definition of "the GPU this process uses", shared with the NVML reader so both sources agree.
-    return nvml.visible_target()
-
-
 def smi_query() -> dict[str, Any]:
     """One nvidia-smi query of the GPU this process uses; {} when nvidia-smi is missing or fails."""
     exe = shutil.which("nvidia-smi")
@@ -44,7 +39,7 @@ def smi_query() -> dict[str, Any]:
         fields = _SMI_FIELDS + extra
         try:
             proc = subprocess.run(
-                [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", _smi_target()],
+                [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", nvml.visible_target()],
                 capture_output=True,
                 text=True,
                 timeout=20,

@@ -33,10 +33,6 @@ _SIGNATURES: dict[str, list[Any]] = {
 """Declared so ctypes converts arguments exactly; without argtypes a handle would be passed as a C int."""
 
 
-def _integer(value: int) -> str:
-    return str(value)
-
-
 def _watts(milliwatts: int) -> str:
     # nvidia-smi prints watts with two decimals; the sampler parses either source with float().
     return f"{milliwatts / 1000:.2f}"
@@ -48,9 +44,9 @@ def _mask(value: int) -> str:
 
 
 _FIELDS: list[tuple[str, tuple[str, ...], tuple[int, ...], Any, Callable[[int], str]]] = [
-    ("clocks.sm", ("nvmlDeviceGetClockInfo",), (CLOCK_SM,), ctypes.c_uint, _integer),
-    ("clocks.mem", ("nvmlDeviceGetClockInfo",), (CLOCK_MEM,), ctypes.c_uint, _integer),
-    ("temperature.gpu", ("nvmlDeviceGetTemperature",), (TEMPERATURE_GPU,), ctypes.c_uint, _integer),
+    ("clocks.sm", ("nvmlDeviceGetClockInfo",), (CLOCK_SM,), ctypes.c_uint, str),
+    ("clocks.mem", ("nvmlDeviceGetClockInfo",), (CLOCK_MEM,), ctypes.c_uint, str),
+    ("temperature.gpu", ("nvmlDeviceGetTemperature",), (TEMPERATURE_GPU,), ctypes.c_uint, str),
     ("power.draw", ("nvmlDeviceGetPowerUsage",), (), ctypes.c_uint, _watts),
     # Drivers from r535 name it "clocks event reasons"; older ones only export the throttle-reasons name.
     ("throttle.active", ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), (),
