@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from tests.snapshot_apps.fake_runtime import SOFTMAX_RUN
-from tests.snapshot_apps.live_app import ui_settings, utc_clock, wait_for
+from tests.snapshot_apps.live_app import ui_settings, wait_for
+from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from workbench.journal import read_events
 from workbench.session.state import fold
 from workbench.ui.factory import make_app
@@ -21,11 +21,6 @@ from workbench.ui.widgets.status_bar import StatusBar
 
 SIZE = (120, 40)
 
-
-@pytest.fixture(autouse=True)
-def _utc() -> Iterator[None]:
-    with utc_clock():
-        yield
 
 
 def test_make_app_refuses_contradictory_modes(tmp_path: Path) -> None:

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from textual.message import Message
 
 from tests.snapshot_apps.fake_runtime import load_events
-from tests.snapshot_apps.live_app import utc_clock
+from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from workbench.journal import EVENT_TYPES, Event
 from workbench.ui import formatting as fmt
 from workbench.ui.bridge import UiBridge
 from workbench.ui.messages import JournalEvent, Notice, Question
 
-
-@pytest.fixture(autouse=True)
-def _utc() -> Iterator[None]:
-    with utc_clock():
-        yield
 
 
 def test_every_fixture_event_is_one_aligned_line() -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Sparkline, TextArea
 
 from tests.snapshot_apps.fake_runtime import load_events
-from tests.snapshot_apps.live_app import make_live_app, settle, utc_clock, wait_for
+from tests.snapshot_apps.live_app import live_screen, make_live_app, settle, wait_for
+from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from workbench.journal import Event
 from workbench.ui.formatting import EVENT_FILTERS, next_filter, passes
 from workbench.ui.messages import JournalEvent
@@ -24,24 +25,13 @@ from workbench.ui.widgets.profiler_table import ProfilerTable, kernel_rows, ncu_
 SIZE = (120, 40)
 
 
-@pytest.fixture(autouse=True)
-def _utc() -> Iterator[None]:
-    with utc_clock():
-        yield
-
-
-def live(app: Any) -> LiveScreen:
-    screen = app.screen
-    assert isinstance(screen, LiveScreen), f"expected the live screen, got {screen!r}"
-    return screen
-
 
 async def post(app: Any, kind: str, data: dict[str, Any]) -> None:
     """Post one more journaled event, as the bridge would, and flush it onto the screen."""
     seq = app.state.last_seq + 1
     app.post_message(JournalEvent(Event(seq, load_events()[-1].ts, kind, data, "")))
     await wait_for(lambda: app.state.last_seq == seq)
-    live(app).flush()
+    live_screen(app).flush()
 
 
 def profile(n: int, scale: float) -> dict[str, Any]:
@@ -56,7 +46,7 @@ async def test_d_cycles_source_diff_vs_parent_diff_vs_best() -> None:
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        kernel = live(app).query_one(KernelView)
+        kernel = live_screen(app).query_one(KernelView)
         assert kernel.view == "source" and not kernel.has_class("-diff")
         assert kernel.query_one(TextArea).display and not kernel.query_one(DiffView).display
         await pilot.press("d")
@@ -94,13 +84,13 @@ async def test_the_diff_follows_new_attempts_and_is_not_recomputed_per_tick(monk
         await settle(pilot, runtime)
         await pilot.press("d")
         for _ in range(5):
-            live(app).flush()
-            live(app).refresh_panes()
+            live_screen(app).flush()
+            live_screen(app).refresh_panes()
         assert calls == ["attempt 5"]
         source = app.state.attempts[5].source.replace("num_warps=16", "num_warps=32")
         await post(app, "attempt.written", {"attempt": 6, "parent": 5, "sha256": "06" + "ef" * 31, "author": "agent",
                                             "note": "more warps", "params": {}, "source": source})
-        diff = live(app).query_one(DiffView)
+        diff = live_screen(app).query_one(DiffView)
         assert calls == ["attempt 5", "attempt 6"]
         assert diff.text.startswith("--- attempt 5 (parent)\n+++ attempt 6\n") and "num_warps=32" in diff.text
 
@@ -109,7 +99,7 @@ async def test_f_cycles_the_log_filter_and_rewrites_from_the_recent_events() -> 
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        log = live(app).query_one(EventLog)
+        log = live_screen(app).query_one(EventLog)
         assert log.line_count == 32 and log.filter == "all"
         await pilot.press("f")
         assert log.filter == "attempts"
@@ -176,7 +166,7 @@ async def test_profile_pane_appears_with_the_first_profile_and_changes_rows_by_k
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        pane = live(app).query_one(ProfilerTable)
+        pane = live_screen(app).query_one(ProfilerTable)
         assert pane.has_class("-empty") and not pane.display
         await post(app, "profile.finished", profile(4, 1.0))
         table = pane.query_one(DataTable)
@@ -210,7 +200,7 @@ async def test_metrics_bar_shows_the_speedup_sparkline_tokens_cost_and_the_sessi
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        bar = live(app).query_one(MetricsBar)
+        bar = live_screen(app).query_one(MetricsBar)
         spark = bar.query_one(Sparkline)
         assert list(spark.data or []) == [0.697, 0.895, 0.0, 1.505, 1.496]
         assert "no model tokens" in str(bar.query_one("#spend").render())
@@ -235,7 +225,7 @@ async def test_an_evaluation_profile_and_a_later_ncu_run_show_together() -> None
             "attempt": 5, "source": "ncu",
             "ncu": {"shape": "S1", "rows": [{"kernel": "_softmax_kernel", "launches": 3,
                                              "metrics": {"occupancy_pct": 38.0, "dram_pct": 71.5}}]}})
-        pane = live(app).query_one(ProfilerTable)
+        pane = live_screen(app).query_one(ProfilerTable)
         table = pane.query_one(DataTable)
         assert pane.display and [k.value for k in table.rows] == ["_softmax_kernel"]
         assert table.get_cell("_softmax_kernel", "calls").plain == "6"
@@ -249,7 +239,7 @@ async def test_a_new_attempt_keeps_the_persons_cursor_and_scroll_in_the_source_v
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        kernel = live(app).query_one(KernelView)
+        kernel = live_screen(app).query_one(KernelView)
         editor = kernel.query_one(TextArea)
         attempts = app.state.attempts
         longer = {n: attempts[n] for n in attempts}

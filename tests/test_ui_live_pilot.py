@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Any, Iterator
 
 import pytest
 from textual.message import Message
 from textual.widgets import Checkbox, DataTable, TextArea
 
 from tests.snapshot_apps.fake_runtime import FakeRuntime, load_events
-from tests.snapshot_apps.live_app import make_live_app, settle, utc_clock, wait_for
+from tests.snapshot_apps.live_app import capture_notes, live_screen, make_live_app, settle, wait_for
+from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from workbench.agent.commands import Command
 from workbench.journal import Event
 from workbench.ui.messages import JournalEvent, Question, RunFinished
@@ -30,23 +30,12 @@ from workbench.ui.widgets.status_bar import StatusBar
 SIZE = (120, 40)
 
 
-@pytest.fixture(autouse=True)
-def _utc() -> Iterator[None]:
-    with utc_clock():
-        yield
-
-
-def live(app: Any) -> LiveScreen:
-    screen = app.screen
-    assert isinstance(screen, LiveScreen), f"expected the live screen, got {screen!r}"
-    return screen
-
 
 async def test_replay_fills_every_pane() -> None:
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        screen = live(app)
+        screen = live_screen(app)
         assert app.state.last_seq == 32 and app.state.best == 4
         kernel = screen.query_one(KernelView)
         assert kernel.shown is not None and kernel.shown[0] == 5
@@ -92,11 +81,11 @@ async def test_q_stops_the_runtime_shows_stopping_then_exits() -> None:
         await settle(pilot, runtime)
         await pilot.press("q")
         await wait_for(runtime.saw_stop.is_set)
-        live(app).flush()
+        live_screen(app).flush()
         await pilot.pause()
         # The runtime has seen stop but not returned: the UI stays up and says so.
         assert app.is_running and app.run_state == "stopping"
-        assert live(app).query_one(StatusBar).has_class("-stopping")
+        assert live_screen(app).query_one(StatusBar).has_class("-stopping")
         release.set()
         await wait_for(lambda: not app.is_running)
     assert runtime.finished.is_set()
@@ -156,11 +145,11 @@ async def test_a_nudge_round_trips_through_the_runtime_into_the_goal_panel() -> 
         await settle(pilot, runtime)
         await pilot.press("n", *"regs", "f2", "enter")
         await wait_for(lambda: app.state.last_seq >= 34)
-        live(app).flush()
+        live_screen(app).flush()
         await pilot.pause()
         assert runtime.commands_seen == [Command("nudge", "regs", True)]
         assert [n["text"] for n in app.state.active_nudges()][-1] == "regs"
-        memory = str(live(app).query_one(MemoryPanel).query_one("#memory-text").render())
+        memory = str(live_screen(app).query_one(MemoryPanel).query_one("#memory-text").render())
         assert "● regs" in memory
 
 
@@ -170,8 +159,8 @@ async def test_p_toggles_pause_through_the_command_queue() -> None:
         await settle(pilot, runtime)
         await pilot.press("p")
         await wait_for(lambda: app.state.status == "paused")
-        live(app).flush()
-        assert live(app).query_one(StatusBar).has_class("-paused")
+        live_screen(app).flush()
+        assert live_screen(app).query_one(StatusBar).has_class("-paused")
         await pilot.press("p")
         await wait_for(lambda: app.state.status == "running")
         assert [c.kind for c in runtime.commands_seen] == ["pause", "resume"]
@@ -247,14 +236,7 @@ async def test_keymap_remaps_bindings_by_id() -> None:
 
 async def test_unknown_keymap_id_is_reported() -> None:
     app, runtime = make_live_app(keymap={"nudj": "m"})
-    notes: list[str] = []
-    original = app.notify
-
-    def notify(message: str, **kwargs: Any) -> None:
-        notes.append(message)
-        original(message, **kwargs)
-
-    app.notify = notify  # type: ignore[method-assign]
+    notes = capture_notes(app)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
     assert any("nudj" in note for note in notes)
@@ -264,7 +246,7 @@ async def test_eval_table_changes_rows_by_key() -> None:
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        table = live(app).query_one(EvalTable).query_one(DataTable)
+        table = live_screen(app).query_one(EvalTable).query_one(DataTable)
         before = dict(zip([k.value for k in table.rows], list(table.rows)))
         last = load_events()[-1]
         result = {"verdict": "ok", "message": "", "speedup": 1.7, "timing_comparable": True,
@@ -275,7 +257,7 @@ async def test_eval_table_changes_rows_by_key() -> None:
         app.post_message(JournalEvent(Event(last.seq + 1, last.ts, "eval.finished", {"attempt": 5, "result": result},
                                             "")))
         await wait_for(lambda: app.state.last_seq == last.seq + 1)
-        live(app).flush()
+        live_screen(app).flush()
         assert [k.value for k in table.rows] == ["S2", "S10"]
         assert list(table.rows)[0] is before["S2"], "an existing row is updated in place, not re-added"
         assert table.get_cell("S2", "ms").plain == "0.02"
@@ -296,7 +278,7 @@ async def test_eval_table_gains_a_graph_column_when_an_evaluation_has_graph_time
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        table = live(app).query_one(EvalTable).query_one(DataTable)
+        table = live_screen(app).query_one(EvalTable).query_one(DataTable)
         assert "graph_speedup" not in table.columns  # the shipped session has event times only
         last = load_events()[-1]
         result = {"verdict": "ok", "message": "", "speedup": 1.4, "timing_comparable": True,
@@ -308,7 +290,7 @@ async def test_eval_table_gains_a_graph_column_when_an_evaluation_has_graph_time
         app.post_message(JournalEvent(Event(last.seq + 1, last.ts, "eval.finished", {"attempt": 5, "result": result},
                                             "")))
         await wait_for(lambda: app.state.last_seq == last.seq + 1)
-        live(app).flush()
+        live_screen(app).flush()
         assert "graph_speedup" in table.columns
         assert table.get_cell("K1", "graph_speedup").plain == fmt.speedup(1.472)
         assert table.get_cell("K7", "graph_speedup").plain == fmt.DASH

@@ -5,12 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from textual.widgets import DataTable
 
-from tests.snapshot_apps.live_app import utc_clock, wait_for
+from tests.snapshot_apps.live_app import review_loaded, wait_for
+from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from tests.snapshot_apps.review_app import LIVE_ID, LONG_ID, REPO, SESSIONS, copy_sessions, make_review_app
 from workbench.cli import main
 from workbench.journal import read_events
@@ -28,11 +29,6 @@ from workbench.ui.widgets.trend_plot import TrendPlot, column_of, plot_columns
 SIZE = (120, 40)
 LONG = REPO / SESSIONS / LONG_ID
 
-
-@pytest.fixture(autouse=True)
-def _utc() -> Iterator[None]:
-    with utc_clock():
-        yield
 
 
 def full_fold(folder: Path, upto: int | None = None) -> Any:
@@ -184,22 +180,6 @@ def test_session_rows_show_broken_folders_and_open_intervals() -> None:
 
 
 # -- Pilot ------------------------------------------------------------------------------------------------
-async def loaded(pilot: Any) -> ReviewScreen:
-    """Wait until the review screen has read its session and added every timeline row."""
-    app = pilot.app
-
-    def ready() -> bool:
-        screen = app.screen
-        return isinstance(screen, ReviewScreen) and screen.history is not None and \
-            screen.rows_added == len(screen.history.order)
-
-    await wait_for(ready)
-    await pilot.pause()
-    screen = app.screen
-    assert isinstance(screen, ReviewScreen)
-    return screen
-
-
 async def test_review_navigation_from_the_list_to_a_session_and_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     app = make_review_app()
@@ -210,7 +190,7 @@ async def test_review_navigation_from_the_list_to_a_session_and_back(monkeypatch
         await wait_for(lambda: table.row_count == 3)
         assert [k.value for k in table.rows] == [LIVE_ID, LONG_ID, "20261127-080000-broken-0bad"]
         await pilot.press("down", "enter")
-        review = await loaded(pilot)
+        review = await review_loaded(pilot)
         assert review.history is not None and review.history.id == LONG_ID
         timeline = review.query_one("#timeline", DataTable)
         assert timeline.row_count == 40 and review.selected == 1
@@ -234,7 +214,7 @@ async def test_review_navigation_from_the_list_to_a_session_and_back(monkeypatch
 async def test_mark_one_attempt_and_pick_another_to_see_their_diff() -> None:
     app = make_review_app(REPO / SESSIONS, "20261128")
     async with app.run_test(size=SIZE) as pilot:
-        review = await loaded(pilot)
+        review = await review_loaded(pilot)
         kernel = review.query_one(KernelView)
         await pilot.press("d")
         assert kernel.view == "parent" and kernel.has_class("-diff")
@@ -259,7 +239,7 @@ async def test_events_of_a_step_open_whole_and_export_writes_the_report(tmp_path
     root = copy_sessions(tmp_path / "sessions")
     app = make_review_app(root, LONG_ID)
     async with app.run_test(size=SIZE) as pilot:
-        review = await loaded(pilot)
+        review = await review_loaded(pilot)
         await pilot.press(*["down"] * 11, "l")
         await wait_for(lambda: isinstance(app.screen, EventListScreen))
         listing = app.screen

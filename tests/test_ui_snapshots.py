@@ -4,29 +4,24 @@ review mode, and a bad theme."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from tests.snapshot_apps.fake_runtime import FakeRuntime
-from tests.snapshot_apps.live_app import make_live_app, settle, utc_clock, wait_for
+from tests.snapshot_apps.live_app import make_live_app, review_loaded, settle, wait_for
+from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from tests.snapshot_apps.review_app import LONG_ID, REPO, SESSIONS, make_review_app
 from workbench.journal import Event
 from workbench.ui.app import WorkbenchApp
 from workbench.ui.messages import JournalEvent
 from workbench.ui.screens.live import LiveScreen
-from workbench.ui.screens.review import ReviewScreen
 from workbench.ui.screens.sessions import SessionsScreen
 
 SIZE = (120, 40)
 
-
-@pytest.fixture(autouse=True)
-def _utc() -> Iterator[None]:
-    with utc_clock():
-        yield
 
 
 def _replayed(runtime: FakeRuntime) -> Any:
@@ -174,18 +169,6 @@ def test_bad_theme_is_skipped_with_a_notification(snap_compare: Any, monkeypatch
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-async def _review_loaded(pilot: Pilot[Any]) -> None:
-    app = pilot.app
-
-    def ready() -> bool:
-        screen = app.screen
-        return isinstance(screen, ReviewScreen) and screen.history is not None and \
-            screen.rows_added == len(screen.history.order)
-
-    await wait_for(ready)
-    await pilot.pause()
-
-
 def test_review_session_list(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """`workbench review`: every session with task, agent, status, attempts, best and running time; a broken one too."""
     monkeypatch.chdir(REPO)
@@ -206,7 +189,7 @@ def test_review_timeline_with_a_marked_diff(snap_compare: Any) -> None:
     app = make_review_app(REPO / SESSIONS, LONG_ID)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await _review_loaded(pilot)
+        await review_loaded(pilot)
         await pilot.press("b", "m", *["up"] * 10)
         app.clear_notifications()
         await pilot.pause()

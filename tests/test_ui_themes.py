@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from textual.color import Color
 
-from tests.snapshot_apps.live_app import make_live_app, settle, wait_for
+from tests.snapshot_apps.live_app import capture_notes, make_live_app, settle, wait_for
 from workbench.ui.themes import (
     ANSI_THEME,
     DEFAULT_THEME,
@@ -86,14 +86,7 @@ def test_choose_theme() -> None:
 async def test_app_falls_back_and_notifies_on_a_missing_theme(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLORTERM", "truecolor")
     app, runtime = make_live_app(theme="no-such-theme")
-    notes: list[str] = []
-    original = app.notify
-
-    def notify(message: str, **kwargs: Any) -> None:
-        notes.append(message)
-        original(message, **kwargs)
-
-    app.notify = notify  # type: ignore[method-assign]
+    notes = capture_notes(app)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, runtime)
         assert app.theme == DEFAULT_THEME

@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+import pytest
 from textual.pilot import Pilot
 
 from tests.snapshot_apps.fake_runtime import FakeRuntime
@@ -15,6 +16,7 @@ from workbench.config import Settings
 from workbench.ui.app import WorkbenchApp
 from workbench.ui.factory import make_app
 from workbench.ui.screens.live import LiveScreen
+from workbench.ui.screens.review import ReviewScreen
 
 FROZEN_CLOCK = "2026-11-29T22:14:02.000Z"
 """24 s after the fixture's last event: the status clock reads 0:01:02 in every snapshot."""
@@ -52,6 +54,13 @@ def utc_clock() -> Iterator[None]:
         time.tzset()
 
 
+@pytest.fixture(autouse=True)
+def pinned_utc() -> Iterator[None]:
+    """utc_clock around every test of a module that imports this fixture (importing it is what enables it)."""
+    with utc_clock():
+        yield
+
+
 def make_live_app(runtime: FakeRuntime | None = None, **settings: Any) -> tuple[WorkbenchApp, FakeRuntime]:
     """The app exactly as `workbench run` builds it, with a FakeRuntime in place of the agent."""
     runtime = runtime or FakeRuntime()
@@ -83,3 +92,39 @@ async def settle(pilot: Pilot[Any], runtime: FakeRuntime) -> None:
 if __name__ == "__main__":
     with utc_clock():
         make_live_app(frozen_clock=None)[0].run()
+
+
+def live_screen(app: Any) -> LiveScreen:
+    """The app's current screen, which the test expects to be the live one."""
+    screen = app.screen
+    assert isinstance(screen, LiveScreen), f"expected the live screen, got {screen!r}"
+    return screen
+
+
+async def review_loaded(pilot: Pilot[Any]) -> ReviewScreen:
+    """Wait until the review screen has read its session and added every timeline row."""
+    app = pilot.app
+
+    def ready() -> bool:
+        screen = app.screen
+        return isinstance(screen, ReviewScreen) and screen.history is not None and \
+            screen.rows_added == len(screen.history.order)
+
+    await wait_for(ready)
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, ReviewScreen)
+    return screen
+
+
+def capture_notes(app: Any) -> list[str]:
+    """Every notification the app shows from now on, still shown as usual."""
+    notes: list[str] = []
+    original = app.notify
+
+    def notify(message: str, **kwargs: Any) -> None:
+        notes.append(message)
+        original(message, **kwargs)
+
+    app.notify = notify
+    return notes
