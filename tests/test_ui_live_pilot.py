@@ -8,6 +8,7 @@ from concurrent.futures import Future
 import pytest
 from textual.message import Message
 from textual.widgets import Checkbox, DataTable, TextArea
+from textual.widgets.data_table import ColumnKey
 
 from tests.snapshot_apps.fake_runtime import FakeRuntime, load_events
 from tests.snapshot_apps.live_app import capture_notes, live_screen, make_live_app, settle, wait_for
@@ -262,6 +263,27 @@ async def test_eval_table_changes_rows_by_key() -> None:
         assert list(table.rows)[0] is before["S2"], "an existing row is updated in place, not re-added"
         assert table.get_cell("S2", "ms").plain == "0.02"
         assert [table.get_row_at(i)[0].plain for i in range(table.row_count)] == ["S2", "S10"]
+
+
+async def test_eval_table_columns_widen_when_an_update_brings_longer_values() -> None:
+    """Rows are updated in place; a longer value must widen its column, not be clipped to the old width."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        table = live_screen(app).query_one(EvalTable).query_one(DataTable)
+        last = load_events()[-1]
+        result = {"verdict": "ok", "message": "", "speedup": 0.01, "timing_comparable": True,
+                  "shapes": [{"name": s.get("name"), "correct": True, "rel_err": 1e-7, "ms": 1234567.0,
+                              "baseline_ms": 9876543.0, "speedup": 8.0, "floor_ms": 0.2}
+                             for s in app.state.attempts[max(app.state.attempts)].shapes or [{"name": "S1"}]]}
+        app.post_message(JournalEvent(Event(last.seq + 1, last.ts, "eval.finished", {"attempt": 5, "result": result},
+                                            "")))
+        await wait_for(lambda: app.state.last_seq == last.seq + 1)
+        live_screen(app).flush()
+        await pilot.pause()
+        for key in ("ms", "baseline_ms"):
+            widest = max(table.get_cell(row.value, key).cell_len for row in table.rows)
+            assert table.columns[ColumnKey(key)].content_width >= widest, key
 
 
 async def test_events_already_in_the_starting_state_are_not_applied_twice() -> None:

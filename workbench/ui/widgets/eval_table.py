@@ -111,8 +111,9 @@ class EvalTable(Vertical):
             existing = {row_key.value for row_key in table.rows}
             for name, cells in rows.items():
                 if name in existing:
+                    # update_width: a longer value widens its column (on idle) instead of being clipped
                     for column, _label in columns:
-                        table.update_cell(name, column, cells[column])
+                        table.update_cell(name, column, cells[column], update_width=True)
                 else:
                     table.add_row(*(cells[column] for column, _label in columns), key=name)
             table.sort("shape", key=lambda cell: _natural(cell.plain))

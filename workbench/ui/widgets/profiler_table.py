@@ -155,7 +155,7 @@ class ProfilerTable(Vertical):
             for name, row in cells.items():
                 if name in existing:
                     for (column, _label, _width), cell in zip(COLUMNS, row):
-                        table.update_cell(name, column, cell)
+                        table.update_cell(name, column, cell, update_width=True)
                 else:
                     table.add_row(*row, key=name)
             # Heaviest kernel first, sorted once per profile; cells hold formatted text, so parse it back.
