@@ -369,6 +369,20 @@ class Worker:
                 return 3  # a CUDA fault leaves the context unusable: never run anything else in it
 
 
+def _preload_gluon() -> None:
+    """Triton's Gluon dialect (Hopper and Blackwell modules included), loaded before the audit hook like triton
+    itself: a candidate may import it, and importing it later would read package files, which the hook refuses."""
+    import importlib
+
+    gluon = "triton.experimental.gluon"
+    for name in (gluon, f"{gluon}.language", f"{gluon}.language.nvidia.hopper", f"{gluon}.language.nvidia.blackwell",
+                 f"{gluon}.nvidia.hopper", f"{gluon}.nvidia.blackwell"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an older Triton without Gluon: a candidate importing it fails as it would anywhere
+            return
+
+
 def main() -> int:
     """Entry point: import torch and triton (and warm up the device) first, then wait for the configuration.
 
@@ -385,6 +399,7 @@ def main() -> int:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
+    _preload_gluon()
     warming = None
     if device == "cuda":
         from workbench.evaluator import warm
