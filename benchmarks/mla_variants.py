@@ -38,15 +38,16 @@ BENCH = _load_bench()
 REF, BASE, OURS, TASK, TOL = BENCH.REF, BENCH.BASE, BENCH.OURS, BENCH.TASK, BENCH.TOL
 
 VARIANTS = {
-    # name: (CONFIG overrides, why it is here). The shipped CONFIG is LOAD="tma" since the 2026-11-30 sweep.
-    "base": ({"LOAD": "masked"}, "the old default (masked loads), timed beside the new one"),
-    "tma": ({}, "the shipped CONFIG: full tiles by TMA (255 regs, 0 spills, 216 KB)"),
-    "tma-pdl": ({"PDL": True}, "stage 2 as a programmatic dependent launch: launch + lengths load overlap stage 1"),
-    "tma-pdl-md128": ({"PDL": True, "MERGE_BLOCK_D": 128},
-                      "PDL, merge of 128 columns x 8 warps: half the stage-2 programs at M1 (256)"),
-    "tma-pdl-mh8": ({"PDL": True, "MERGE_HEADS": 8},
-                    "PDL, up to 8 (b,h) rows per merge program: M3 256 programs of 8x4x256, M1 2 rows of 128x32"),
-    "tma-mh8": ({"MERGE_HEADS": 8}, "the same merge shapes without PDL, to tell the two effects apart"),
+    # name: (CONFIG overrides, why it is here). The shipped CONFIG has run stage 1 in Gluon since session 4
+    # (2026-11-30); the tl stage-1 variants name STAGE1 "triton" explicitly.
+    "gluon": ({}, "the shipped CONFIG: stage 1 in Gluon, a TMA loader warp, a scoring warpgroup that hands p to "
+                  "a second warpgroup for the other half of the value columns"),
+    "tma": ({"STAGE1": "triton"}, "the tl stage 1 with full tiles by TMA (255 regs, 0 spills, 216 KB), shipped "
+                                  "before the Gluon kernel"),
+    "base": ({"STAGE1": "triton", "LOAD": "masked"}, "the first tl default (masked loads)"),
+    "tma-pdl": ({"STAGE1": "triton", "PDL": True},
+                "tl stage 1, stage 2 as a programmatic dependent launch: launch + lengths load overlap stage 1"),
+    "tma-mh8": ({"STAGE1": "triton", "MERGE_HEADS": 8}, "tl stage 1 with the multi-row merge"),
 }
 FORCED_SPLITS = (1, 4, 64)
 """Split counts checked with NaN scratch on ragged shapes: single pass, few, and many mostly-empty splits."""
@@ -74,7 +75,8 @@ def stage1_kernels() -> list[dict]:
     """Registers, spills and shared memory of every stage-1 kernel compiled in this process."""
     rows = []
     # The interpreter keeps no compiled kernels (and no device_caches): nothing to report there.
-    for caches in getattr(OURS._mla_split_attend, "device_caches", {}).values():
+    kernels = [OURS._mla_split_attend] + ([OURS._mla_split_attend_ws] if OURS.gluon is not None else [])
+    for caches in (c for k in kernels for c in getattr(k, "device_caches", {}).values()):
         for kernel in caches[0].values():
             try:
                 if hasattr(kernel, "_init_handles"):
@@ -365,11 +367,11 @@ def main() -> int:
     best_m3 = _best(result["timing"], "M3", 3)
     if not args.skip_splits:
         # The shipped CONFIG and PDL always: does PDL make fewer, fuller splits (less partial traffic) pay at M1?
-        pick = list(dict.fromkeys([n for n in ("tma", "tma-pdl") if n in passing] + best_m1))[:4]
+        pick = list(dict.fromkeys([n for n in ("gluon", "tma") if n in passing] + best_m1))[:4]
         result["splits"] = split_sweep(pick, max(3, args.blocks - 2))
         dump()
     if not args.skip_profile:
-        pick = list(dict.fromkeys([n for n in ("tma", "tma-pdl") if n in passing] + best_m1 + best_m3))
+        pick = list(dict.fromkeys([n for n in ("gluon", "tma") if n in passing] + best_m1 + best_m3))
         result["profile"] = profile(pick)
     result["env_after"] = BENCH.environment()
     result["seconds"] = time.time() - t_all
@@ -377,7 +379,7 @@ def main() -> int:
     print_report(result)
     print(f"\nclocks before/after: {result['env']['nvidia_smi']} / {result['env_after']['nvidia_smi']}; "
           f"total {result['seconds']:.0f} s")
-    return 0 if "tma" not in names or result["checks"]["tma"].get("ok") else 1
+    return 0 if "gluon" not in names or result["checks"]["gluon"].get("ok") else 1
 
 
 if __name__ == "__main__":

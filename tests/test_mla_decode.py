@@ -283,3 +283,39 @@ def test_merge_rows_per_program_shrink_with_many_splits(monkeypatch):
                          config=cfg)
     assert seen[0] == ((8, 2), 8, 4, 256, 4, False)
     assert seen[1] == ((32, 16), 2, 128, 32, 4, False)
+
+
+
+def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path):
+    """The Hopper stage 1 cannot run here, but it must compile for sm_90 and keep its structure: within the 227 KB
+    of shared memory, each score product issued once (36 m64n64k16 MMAs: 32 latent + 4 rope), the two value
+    halves as 4 m64n256k16 MMAs each, q and the tiles by TMA, register budgets set per partition, no spills.
+
+    benchmarks/mla_compile_check.py does the compile in a process of its own, without the interpreter flag these
+    tests run under, and with an empty cache so that every stage of the compile runs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    env["PYTHONPATH"] = str(KERNELS.parent)
+    proc = subprocess.run([sys.executable, str(KERNELS.parent / "benchmarks" / "mla_compile_check.py")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shape = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert shape["shared_bytes"] <= 232448
+    assert shape["wgmma"] == {"m64n64k16": 36, "m64n256k16": 8}
+    assert shape["tma_copies"] > 0 and 240 in shape["setmaxnreg"] and 24 in shape["setmaxnreg"]
+    assert shape["ptx_local_accesses"] == 0 and shape.get("sass_spill_ops", 0) == 0
+
+def test_gluon_stage1_is_skipped_where_it_cannot_run():
+    """STAGE1 "gluon" (the default) needs a Hopper GPU: CPU tensors, fp32, a strided q or a tiny cache take the tl
+    kernel, with the same results."""
+    assert OURS.CONFIG["STAGE1"] == "gluon"
+    inputs = _inputs(12, **RAGGED)
+    assert not OURS.gluon_ok(inputs["q"], inputs["kv_cache"])
+    ref_o, ref_lse = REF.forward(**inputs)
+    o, lse = OURS.forward(**inputs, num_splits=2)
+    assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT

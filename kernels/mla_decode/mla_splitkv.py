@@ -1,15 +1,25 @@
-"""Our split-KV MLA decode: stage 1 reads each latent tile once for QK and PV over all heads, stage 2 merges splits."""
+"""Our split-KV MLA decode: stage 1 reads each latent tile once for QK and PV over all heads, stage 2 merges splits.
+
+Stage 1 has two implementations. On a Hopper GPU it is a warp-specialised Gluon kernel (TMA loader warp, a
+warpgroup that scores and runs the softmax, a warpgroup for the second half of the value columns); everywhere else
+(the CPU interpreter, other GPUs, fp32 inputs, strided q) it is the tl kernel, which the CPU tests check.
+"""
 
 import functools
 
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 
 TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits": [0, 16, 32, 64, 128],
             "LAZY_RESCALE": [False, True], "BLOCK_H": [16, 32, 64], "num_warps": [4, 8],
             "LOAD": ["masked", "peeled", "tma"], "MERGE_BLOCK_D": [0, 32, 64, 128, 256, 512],
-            "MERGE_HEADS": [1, 2, 4, 8, 16], "PDL": [False, True]}
+            "MERGE_HEADS": [1, 2, 4, 8, 16], "PDL": [False, True], "STAGE1": ["triton", "gluon"]}
 # num_splits 0 means: choose from the shape so that stage 1 has about one program per SM.
 # Measured on the H200 (benchmarks/mla_bench.py --tune, 2026-11-29): BLOCK_N=64 x 2 stages is fastest at M3
 # (163 us) and ties at M1 (17.3 us); 32 x 3/4 stages 170/171 us, 16 x 6/8 stages 278 us, and LAZY_RESCALE is 4-7%
@@ -30,8 +40,16 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # (merge 30.8), tma + MERGE_HEADS 8 16.91/21.33/141.1/509.9 (merge 3.6; M4 has one split and no merge, so its
 # 3% is noise), tma + PDL 17.90/25.08/170.0/491.4 (M3 merge 124 us: the dependent grid occupies SMs while it
 # waits). So MERGE_HEADS 8 ships (M3 2.17 TB/s) and PDL stays off.
+# STAGE1: "gluon" runs stage 1 as the warp-specialised Gluon kernel where gluon_ok allows, else the tl kernel. The
+# tl kernel computes each 64x64 score block in both of its warpgroups (one 255-register program, no control over
+# that), and its per-tile chain took about 4.3 us at M3. The Gluon kernel scores once, in one warpgroup, and
+# overlaps the other warpgroup's PV with it. H200, same run, graph us M1/M2/M3/M4 (benchmarks/mla_variants.py,
+# 2026-11-30): tl 16.10/21.45/149.1/497.1, gluon 13.98/17.13/84.81/251.7 (M3 3.61 TB/s). Measured and dropped on
+# the way: both warpgroups scoring (95.2 us at M3), the accumulator stored straight from registers (4-byte stores,
+# M1 19.5 us), the previous PV queued behind the next scores (20 spills, M3 105 us), and tiles loaded in column
+# chunks on separate barriers (its checks timed out; not debugged).
 CONFIG = {"BLOCK_N": 64, "num_stages": 2, "num_splits": 0, "LAZY_RESCALE": False, "BLOCK_H": 64, "num_warps": 8,
-          "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False}
+          "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon"}
 
 D_LATENT = 512
 D_ROPE = 64
@@ -212,6 +230,257 @@ def _mla_merge_splits(
         tl.store(LSE + offs_m, (m + tl.log2(denom)) * 0.6931471805599453, mask=mask_m)
 
 
+# Gluon kernels read module globals only as constexprs.
+G_LAT = gl.constexpr(512)
+G_ROPE = gl.constexpr(64)
+G_HALF = gl.constexpr(256)
+
+
+@gluon.jit
+def _bounds(SEQLENS, split_len, BLOCK_N: gl.constexpr):
+    """(batch row, split, head group, first row, end row, tile count) of this program; each partition asks."""
+    hg = gl.program_id(0)
+    s = gl.program_id(1)
+    b = gl.program_id(2)
+    seqlen = gl.load(SEQLENS + b)
+    start = s * split_len
+    end = gl.minimum(start + split_len, seqlen)
+    n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
+    return b, s, hg, start, end, n_tiles
+
+
+@gluon.jit
+def _issue_tile(lat_desc, rope_desc, c_buf, r_buf, bar, row):
+    mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, c_buf)
+    tma.async_copy_global_to_shared(rope_desc, [row, G_LAT], bar, r_buf)
+
+
+@gluon.jit
+def _g_load(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr):
+    """The loader warp: q and the split's first tile at once, then the rest through a ring of STAGES buffers.
+
+    The first two loads depend only on the program's coordinates, so they go out before the length has
+    arrived (a global load's latency off the critical path at B=1, where a split is one tile). The first tile
+    may lie past the length (an empty split) or past the cache (zero-filled); the consumers wait for it
+    either way, so no copy is still landing in shared memory when the program exits.
+    """
+    q_desc, qr_desc, lat_desc, rope_desc = descs
+    q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
+    q_bar, ready, empty, p_ready, p_free = bars
+    SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
+    b = gl.program_id(2)
+    row0 = b * N + gl.program_id(1) * split_len
+    q_row = b * H + gl.program_id(0) * BLOCK_H
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem)
+    tma.async_copy_global_to_shared(qr_desc, [q_row, G_LAT], q_bar, qr_smem)
+    _issue_tile(lat_desc, rope_desc, c_smem.index(0), r_smem.index(0), ready.index(0), row0)
+    n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)[5]
+    for j in range(1, n_tiles):
+        stage = j % STAGES
+        mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
+        _issue_tile(lat_desc, rope_desc, c_smem.index(stage), r_smem.index(stage), ready.index(stage),
+                    row0 + j * BLOCK_N)
+
+
+@gluon.jit
+def _zero_rows(c_stage, valid, HALF: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Zero this warpgroup's value columns in the tile rows at or past `valid`: they may hold NaN, and 0 * NaN
+    would reach the accumulator through the PV product even though their probabilities are 0."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    keep = (rows < valid)[:, None]
+    for k in gl.static_range(G_HALF // 64):
+        part = c_stage.slice(HALF * G_HALF + k * 64, 64, dim=1)
+        tile = part.load(layout)
+        part.store(gl.where(keep, tile, gl.zeros_like(tile)))
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _store_half(acc, inv_l, staging, OUT, b, s, hg, H, o_sb, o_sh, o_ss, HALF: gl.constexpr,
+                BLOCK_H: gl.constexpr):
+    """o = acc / l for this warpgroup's 256 columns, regrouped through shared memory so that each warp writes
+    whole 512-byte rows: straight from the accumulator a thread holds column pairs, and those 4-byte stores
+    cost 6 us of the 15 at B=1 (H200)."""
+    staging.store((acc * inv_l[:, None]).to(OUT.dtype.element_ty))
+    gl.thread_barrier()
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    out = staging.load(layout)
+    offs_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+    cols = HALF * G_HALF + gl.arange(0, G_HALF, layout=gl.SliceLayout(0, layout))
+    o_ptr = OUT + b.to(gl.int64) * o_sb + offs_h[:, None] * o_sh + s * o_ss + cols[None, :]
+    gl.store(o_ptr, out, mask=(offs_h < H)[:, None])
+
+
+@gluon.jit
+def _softmax_step(sc, m_i, l_i, valid, c, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """Online-softmax update for one tile of scores (log2 units); a tile cut by the split's end masks its
+    columns past `valid` and zeroes the matching value rows of this warpgroup's half."""
+    if valid < BLOCK_N:
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        sc = gl.where((cols < valid)[None, :], sc, -float("inf"))
+        _zero_rows(c, valid, 0, BLOCK_N)
+    m_new = gl.maximum(m_i, gl.max(sc, axis=1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(sc - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p.to(gl.bfloat16), alpha, m_new, l_i
+
+
+@gluon.jit
+def _hand_off(pb, alpha, p_smem, x_smem, p_ready, p_free, j):
+    """p and the rescale factors of tile j to warpgroup 1; one set is in flight, so first wait until warpgroup
+    1 has used the previous one. The partition barrier before the one elected arrival orders every thread's
+    stores before it (the arrival's release covers what its thread has synchronised with)."""
+    mbarrier.wait(p_free, (j & 1) ^ 1)
+    p_smem.store(pb)
+    x_smem.store(alpha)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(p_ready, count=1)
+
+
+@gluon.jit
+def _g_score(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
+             SINGLE: gl.constexpr):
+    """Warpgroup 0: scores each tile, runs the online softmax, hands p and the rescale factors to warpgroup 1
+    through shared memory, and multiplies the first 256 value columns itself (p straight from registers).
+
+    Only this warpgroup reads q, so after its last score product q's buffer is free: it stages the output
+    there (columns 0-255 here, 256-511 for warpgroup 1 once the last hand-off has arrived).
+    """
+    q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
+    q_bar, ready, empty, p_ready, p_free = bars
+    SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
+    b, s, hg, start, end, n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, G_HALF, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    acc = gl.zeros([BLOCK_H, G_HALF], gl.float32, o_layout)
+    m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, s_layout)
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(ready.index(0), 0)
+    for j in range(n_tiles):
+        stage = j % STAGES
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        c = c_smem.index(stage)
+        sc = warpgroup_mma(q_smem, c.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        sc = warpgroup_mma(qr_smem, r_smem.index(stage).permute((1, 0)), sc, is_async=True)
+        sc = warpgroup_mma_wait(0, deps=[sc]) * qk_scale
+        pb, alpha, m_i, l_i = _softmax_step(sc, m_i, l_i, end - (start + j * BLOCK_N), c, BLOCK_N,
+                                            s_layout)
+        _hand_off(pb, alpha, p_smem, x_smem, p_ready, p_free, j)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        acc = warpgroup_mma(gl.convert_layout(pb, p_layout), c.slice(0, G_HALF, dim=1), acc,
+                            is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(empty.index(stage), count=1)
+    if n_tiles > 0:
+        l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+        inv_l = 1.0 / l_safe
+        # The last hand-off: 1/l for warpgroup 1's normalisation (and leave to write its half of q's buffer).
+        mbarrier.wait(p_free, (n_tiles & 1) ^ 1)
+        x_smem.store(inv_l)
+        gl.thread_barrier()
+        mbarrier.arrive(p_ready, count=1)
+        _store_half(acc, gl.convert_layout(inv_l, row_o), q_smem.slice(0, G_HALF, dim=1), OUT, b, s, hg, H,
+                    o_sb, o_sh, o_ss, 0, BLOCK_H)
+        lse2 = m_i + gl.log2(l_safe)
+        if SINGLE:
+            lse2 = lse2 * 0.6931471805599453
+        offs_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
+        gl.store(LSE_OUT + b * l_sb + offs_h * l_sh + s * l_ss, lse2, mask=offs_h < H)
+
+
+@gluon.jit
+def _g_value(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
+             SINGLE: gl.constexpr):
+    """Warpgroup 1: the value columns 256-511, with p read from shared memory as the MMA's A operand."""
+    q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
+    q_bar, ready, empty, p_ready, p_free = bars
+    SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
+    b, s, hg, start, end, n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, G_HALF, 16])
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    acc = gl.zeros([BLOCK_H, G_HALF], gl.float32, o_layout)
+    mbarrier.wait(ready.index(0), 0)
+    for j in range(n_tiles):
+        stage = j % STAGES
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        c = c_smem.index(stage)
+        valid = end - (start + j * BLOCK_N)
+        if valid < BLOCK_N:
+            _zero_rows(c, valid, 1, BLOCK_N)
+        mbarrier.wait(p_ready, j & 1)
+        acc = acc * x_smem.load(row_o)[:, None]
+        acc = warpgroup_mma(p_smem, c.slice(G_HALF, G_HALF, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(p_free, count=1)
+        mbarrier.arrive(empty.index(stage), count=1)
+    if n_tiles > 0:
+        mbarrier.wait(p_ready, n_tiles & 1)
+        _store_half(acc, x_smem.load(row_o), q_smem.slice(G_HALF, G_HALF, dim=1), OUT, b, s, hg, H,
+                    o_sb, o_sh, o_ss, 1, BLOCK_H)
+
+
+@gluon.jit
+def _g_load_w(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
+              STAGES: gl.constexpr, SINGLE: gl.constexpr):
+    _g_load(descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES)
+
+
+@gluon.jit
+def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, SEQLENS, OUT, LSE_OUT,
+                         split_len, H, N, qk_scale, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+                         BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
+                         SINGLE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Stage 1 on Hopper: per (head group, split, batch row) a loader warp, a scoring warpgroup and a value
+    warpgroup, so each score product runs once on the tensor cores.
+
+    q (72 KB) and two 72 KB tiles fill shared memory, so the partitions talk through mbarriers only: `ready`
+    per stage (TMA bytes landed), `empty` per stage (both warpgroups are done with it), and `p_ready` /
+    `p_free` around the hand-off of p (8 KB) and the rescale factors from warpgroup 0 to warpgroup 1.
+    """
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_LAT], q_desc.layout)
+    qr_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_ROPE], qr_desc.layout)
+    c_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, G_LAT], lat_desc.layout)
+    r_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, G_ROPE], rope_desc.layout)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16))
+    x_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(p_ready, count=1)
+    mbarrier.init(p_free, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    descs = (q_desc, qr_desc, lat_desc, rope_desc)
+    smem = (q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem)
+    bars = (q_bar, ready, empty, p_ready, p_free)
+    scalars = (SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss)
+    gl.warp_specialize([
+        (_g_score, (descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES, SINGLE)),
+        (_g_value, (descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES, SINGLE)),
+        (_g_load_w, (descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES, SINGLE)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
     """Multiprocessors to fill; the CPU interpreter has none, so use a small number there."""
@@ -295,6 +564,77 @@ def _descriptors(kv_cache: torch.Tensor, block_n: int):
             TensorDescriptor.from_tensor(flat, [block_n, D_ROPE]))
 
 
+# Registers: the kernel launches with 168 a thread for its 12 warps (the loader's partition rounds up to a
+# warpgroup), then the loader drops to 24 and each consumer warpgroup rises to 240 (its 64x256 fp32 accumulator
+# alone is 128): 168 * 384 = 240 * 256 + 24 * 128.
+GLUON_MAXNREG = 168
+GLUON_CONSUMER_REGS = 240
+
+
+def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+    """Whether the warp-specialised Gluon stage 1 can run: a Hopper GPU (not the interpreter), 16-bit inputs,
+    q contiguous and the cache viewable as TMA rows. Anything else takes the tl stage 1, which runs everywhere."""
+    if not q.is_cuda or triton.knobs.runtime.interpret:
+        return False
+    if torch.cuda.get_device_capability(q.device)[0] != 9 or q.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    batch, heads, _ = q.shape
+    # A TMA box may not be taller than the tensor it reads: a tiny cache (N = 1) or a q of fewer than 64 rows in
+    # all stays on the tl path.
+    big_enough = batch * kv_cache.shape[1] >= CONFIG["BLOCK_N"] and batch * heads >= 64
+    return kv_cache.dtype == q.dtype and q.is_contiguous() and tma_ok(kv_cache) and big_enough
+
+
+def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, splits, split_len, single, cfg):
+    """Stage 1 through the Gluon kernel: descriptors for q and the cache rows, then one program per (head group,
+    split, batch row) with a loader warp and two consumer warpgroups (stage 2 is unchanged)."""
+    batch, heads, width = q.shape
+    n = kv_cache.shape[1]
+    block_n, block_h = cfg["BLOCK_N"], 64
+    dt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    flat_q = q.view(batch * heads, width)
+    flat_kv = kv_cache.as_strided((batch * n, width), (width, 1))
+
+    def desc(t, rows, cols):
+        return GluonDescriptor.from_tensor(t, [rows, cols], gl.NVMMASharedLayout.get_default_for([rows, cols], dt))
+
+    if single:
+        o_strides = (out.stride(0), out.stride(1), 0)
+        l_strides = (heads, 1, 0)
+    else:
+        o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
+        l_strides = (heads * splits, splits, 1)
+    grid = (triton.cdiv(heads, block_h), splits, batch)
+    _mla_split_attend_ws[grid](
+        desc(flat_q, block_h, D_LATENT), desc(flat_q, block_h, D_ROPE), desc(flat_kv, block_n, D_LATENT),
+        desc(flat_kv, block_n, D_ROPE), cache_seqlens, out, lse_out,
+        split_len, heads, n, float(sm_scale) * LOG2E, *o_strides, *l_strides,
+        BLOCK_N=block_n, BLOCK_H=block_h, STAGES=cfg["num_stages"], SINGLE=single,
+        CONSUMER_REGS=GLUON_CONSUMER_REGS, num_warps=4, maxnreg=GLUON_MAXNREG,
+    )
+
+
+def _launch_tl_stage1(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits, split_len, single,
+                      cfg, pdl):
+    """Stage 1 through the tl kernel: any device, the CPU interpreter included."""
+    batch, heads, _ = q.shape
+    load = _LOAD_MODES[cfg["LOAD"]]
+    if load == 2 and not tma_ok(kv_cache):
+        load = 1
+    lat_desc, rope_desc = _descriptors(kv_cache, cfg["BLOCK_N"]) if load == 2 else (None, None)
+    block_h = cfg["BLOCK_H"]
+    grid = (triton.cdiv(heads, block_h), splits, batch)
+    _mla_split_attend[grid](
+        q, kv_cache, cache_seqlens, o, lse, o_part, lse_part, lat_desc, rope_desc,
+        float(sm_scale) * LOG2E, split_len,
+        q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), o.stride(0), o.stride(1),
+        heads, kv_cache.shape[1], splits,
+        D_LAT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], SINGLE=single,
+        LAZY_RESCALE=cfg["LAZY_RESCALE"], LOAD=load, PDL=pdl,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+
+
 def attend_into(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits: int, split_len: int,
                 config: dict | None = None):
     """Launch stage 1 (and stage 2 when splits > 1) into caller-owned buffers.
@@ -303,27 +643,17 @@ def attend_into(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, 
     """
     cfg = resolve(config)
     batch, heads, _ = q.shape
-    n = kv_cache.shape[1]
     single = splits == 1
     if single:
         o_part, lse_part = o, lse
-    load = _LOAD_MODES[cfg["LOAD"]]
-    if load == 2 and not tma_ok(kv_cache):
-        load = 1
-    lat_desc, rope_desc = _descriptors(kv_cache, cfg["BLOCK_N"]) if load == 2 else (None, None)
     # Grid dependency control is a Hopper launch attribute; the interpreter neither has nor needs it.
     pdl = bool(cfg["PDL"]) and q.is_cuda and not single
-    block_h = cfg["BLOCK_H"]
-    grid = (triton.cdiv(heads, block_h), splits, batch)
-    _mla_split_attend[grid](
-        q, kv_cache, cache_seqlens, o, lse, o_part, lse_part, lat_desc, rope_desc,
-        float(sm_scale) * LOG2E, split_len,
-        q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), o.stride(0), o.stride(1),
-        heads, n, splits,
-        D_LAT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], SINGLE=single,
-        LAZY_RESCALE=cfg["LAZY_RESCALE"], LOAD=load, PDL=pdl,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
+    if cfg["STAGE1"] == "gluon" and gluon_ok(q, kv_cache):
+        pdl = False
+        _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, o_part, lse_part, splits, split_len, single, cfg)
+    else:
+        _launch_tl_stage1(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits, split_len, single,
+                          cfg, pdl)
     if not single:
         block_s = triton.next_power_of_2(splits)
         # MERGE_HEADS is a ceiling: rows x splits x 32 columns must stay within 8K floats, so at 128 splits
