@@ -571,17 +571,21 @@ GLUON_MAXNREG = 168
 GLUON_CONSUMER_REGS = 240
 
 
-def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
-    """Whether the warp-specialised Gluon stage 1 can run: a Hopper GPU (not the interpreter), 16-bit inputs,
-    q contiguous and the cache viewable as TMA rows. Anything else takes the tl stage 1, which runs everywhere."""
+def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor, config: dict | None = None) -> bool:
+    """Whether the warp-specialised Gluon stage 1 can run: a Hopper GPU (not the interpreter), bf16 inputs, q
+    contiguous, the cache viewable as TMA rows, and the tile shape it was built and measured for (64 rows, two
+    stages, 64 heads a program). Anything else takes the tl stage 1, which runs everywhere."""
+    cfg = resolve(config)
     if not q.is_cuda or triton.knobs.runtime.interpret:
         return False
-    if torch.cuda.get_device_capability(q.device)[0] != 9 or q.dtype not in (torch.bfloat16, torch.float16):
+    if torch.cuda.get_device_capability(q.device)[0] != 9 or q.dtype != torch.bfloat16:
+        return False
+    if (cfg["BLOCK_N"], cfg["num_stages"], cfg["BLOCK_H"]) != (64, 2, 64):
         return False
     batch, heads, _ = q.shape
     # A TMA box may not be taller than the tensor it reads: a tiny cache (N = 1) or a q of fewer than 64 rows in
     # all stays on the tl path.
-    big_enough = batch * kv_cache.shape[1] >= CONFIG["BLOCK_N"] and batch * heads >= 64
+    big_enough = batch * kv_cache.shape[1] >= cfg["BLOCK_N"] and batch * heads >= 64
     return kv_cache.dtype == q.dtype and q.is_contiguous() and tma_ok(kv_cache) and big_enough
 
 
@@ -590,13 +594,13 @@ def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, spl
     split, batch row) with a loader warp and two consumer warpgroups (stage 2 is unchanged)."""
     batch, heads, width = q.shape
     n = kv_cache.shape[1]
-    block_n, block_h = cfg["BLOCK_N"], 64
-    dt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    block_n, block_h = cfg["BLOCK_N"], cfg["BLOCK_H"]
     flat_q = q.view(batch * heads, width)
     flat_kv = kv_cache.as_strided((batch * n, width), (width, 1))
 
     def desc(t, rows, cols):
-        return GluonDescriptor.from_tensor(t, [rows, cols], gl.NVMMASharedLayout.get_default_for([rows, cols], dt))
+        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], gl.bfloat16)
+        return GluonDescriptor.from_tensor(t, [rows, cols], layout)
 
     if single:
         o_strides = (out.stride(0), out.stride(1), 0)
@@ -648,7 +652,7 @@ def attend_into(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, 
         o_part, lse_part = o, lse
     # Grid dependency control is a Hopper launch attribute; the interpreter neither has nor needs it.
     pdl = bool(cfg["PDL"]) and q.is_cuda and not single
-    if cfg["STAGE1"] == "gluon" and gluon_ok(q, kv_cache):
+    if cfg["STAGE1"] == "gluon" and gluon_ok(q, kv_cache, cfg):
         pdl = False
         _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, o_part, lse_part, splits, split_len, single, cfg)
     else:
