@@ -46,8 +46,7 @@ def compile_stage1(splits: int = 4):
     kv = torch.zeros(batch * n, 576, dtype=torch.bfloat16)
 
     def desc(t, rows, cols):
-        layout = ours.gl.NVMMASharedLayout.get_default_for([rows, cols], ours.gl.bfloat16)
-        return ours.GluonDescriptor.from_tensor(t, [rows, cols], layout)
+        return ours.GluonDescriptor.from_tensor(t, [rows, cols], ours._smem_layout(rows, cols))
 
     out = torch.zeros(batch * heads * splits, 512, dtype=torch.bfloat16)
     lse = torch.zeros(batch * heads * splits)

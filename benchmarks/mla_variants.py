@@ -75,7 +75,7 @@ def stage1_kernels() -> list[dict]:
     """Registers, spills and shared memory of every stage-1 kernel compiled in this process."""
     rows = []
     # The interpreter keeps no compiled kernels (and no device_caches): nothing to report there.
-    kernels = [OURS._mla_split_attend] + ([OURS._mla_split_attend_ws] if OURS.gluon is not None else [])
+    kernels = [OURS._mla_split_attend, OURS._mla_split_attend_ws]
     for caches in (c for k in kernels for c in getattr(k, "device_caches", {}).values()):
         for kernel in caches[0].values():
             try:

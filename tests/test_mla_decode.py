@@ -1,6 +1,10 @@
 """MLA decode task: oracle inputs, seed and our split-KV kernel under the Triton CPU interpreter."""
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -293,11 +297,6 @@ def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path):
 
     benchmarks/mla_compile_check.py does the compile in a process of its own, without the interpreter flag these
     tests run under, and with an empty cache so that every stage of the compile runs."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     env["PYTHONPATH"] = str(KERNELS.parent)

@@ -11,13 +11,11 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from tests.snapshot_apps.fake_runtime import FakeRuntime
-from tests.snapshot_apps.live_app import make_live_app, review_loaded, settle, wait_for
+from tests.snapshot_apps.live_app import live_screen, make_live_app, review_loaded, settle, wait_for
 from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from tests.snapshot_apps.review_app import LONG_ID, REPO, SESSIONS, make_review_app
 from workbench.journal import Event
-from workbench.ui.app import WorkbenchApp
 from workbench.ui.messages import JournalEvent
-from workbench.ui.screens.live import LiveScreen
 from workbench.ui.screens.sessions import SessionsScreen
 
 SIZE = (120, 40)
@@ -67,11 +65,8 @@ def test_paused_run_after_nudge(snap_compare: Any) -> None:
         await settle(pilot, runtime)
         await pilot.press("n", *"prefer num_warps=8 on S2", "enter")
         await pilot.press("p")
-        assert isinstance(app, WorkbenchApp)
         await wait_for(lambda: app.state.status == "paused")
-        screen = app.screen
-        assert isinstance(screen, LiveScreen)
-        screen.flush()
+        live_screen(app).flush()
         app.clear_notifications()
         await pilot.pause()
 
@@ -106,11 +101,8 @@ def test_live_screen_with_a_profile_against_the_best(snap_compare: Any) -> None:
                             "sm__throughput.avg.pct_of_peak_sustained_elapsed": 30.5,
                             "launch__registers_per_thread": 32}}
             app.post_message(JournalEvent(Event(last.seq + offset, last.ts, "profile.finished", data, "")))
-        assert isinstance(app, WorkbenchApp)
         await wait_for(lambda: app.state.last_seq == last.seq + 2)
-        screen = app.screen
-        assert isinstance(screen, LiveScreen)
-        screen.flush()
+        live_screen(app).flush()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -135,11 +127,8 @@ def test_live_screen_with_graph_timings(snap_compare: Any) -> None:
                   "timing_comparable": True, "shapes": shapes}
         app.post_message(JournalEvent(Event(last.seq + 1, last.ts, "eval.finished", {"attempt": 5, "result": result},
                                             "")))
-        assert isinstance(app, WorkbenchApp)
         await wait_for(lambda: app.state.last_seq == last.seq + 1)
-        screen = app.screen
-        assert isinstance(screen, LiveScreen)
-        screen.flush()
+        live_screen(app).flush()
         await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 

@@ -93,6 +93,18 @@ def _attend_tile(q_lat, q_rope, c, r, mask_n, m_i, l_i, acc, qk_scale,
 
 
 @triton.jit
+def _load_masked_tile(kv_ptr, n0, end, stride_kvn, D_LAT: tl.constexpr, D_ROPE: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    """Rows [n0, n0 + BLOCK_N) of the cache through pointers, rows at or past `end` zeroed (they may hold NaN)."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < end
+    row_ptr = kv_ptr + offs_n[:, None] * stride_kvn
+    c = tl.load(row_ptr + tl.arange(0, D_LAT)[None, :], mask=mask_n[:, None], other=0.0)
+    r = tl.load(row_ptr + D_LAT + tl.arange(0, D_ROPE)[None, :], mask=mask_n[:, None], other=0.0)
+    return c, r, mask_n
+
+
+@triton.jit
 def _mla_split_attend(
     Q, KV, SEQLENS, O, LSE, OP, LSEP, KV_LAT_DESC, KV_ROPE_DESC,
     qk_scale, split_len,
@@ -138,11 +150,7 @@ def _mla_split_attend(
     kv_ptr = KV + b * stride_kvb
     if LOAD == 0:
         for n0 in range(start, end, BLOCK_N):
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < end
-            row_ptr = kv_ptr + offs_n[:, None] * stride_kvn
-            c = tl.load(row_ptr + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-            r = tl.load(row_ptr + D_LAT + offs_r[None, :], mask=mask_n[:, None], other=0.0)
+            c, r, mask_n = _load_masked_tile(kv_ptr, n0, end, stride_kvn, D_LAT, D_ROPE, BLOCK_N)
             m_i, l_i, acc = _attend_tile(q_lat, q_rope, c, r, mask_n, m_i, l_i, acc, qk_scale, True, LAZY_RESCALE)
         tail = end
     else:
@@ -161,11 +169,7 @@ def _mla_split_attend(
             m_i, l_i, acc = _attend_tile(q_lat, q_rope, c, r, offs_n, m_i, l_i, acc, qk_scale, False,
                                          LAZY_RESCALE)
         if tail < end:
-            offs_n = tail + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < end
-            row_ptr = kv_ptr + offs_n[:, None] * stride_kvn
-            c = tl.load(row_ptr + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-            r = tl.load(row_ptr + D_LAT + offs_r[None, :], mask=mask_n[:, None], other=0.0)
+            c, r, mask_n = _load_masked_tile(kv_ptr, tail, end, stride_kvn, D_LAT, D_ROPE, BLOCK_N)
             m_i, l_i, acc = _attend_tile(q_lat, q_rope, c, r, mask_n, m_i, l_i, acc, qk_scale, True, LAZY_RESCALE)
 
     # An empty split has l_i == 0; its results are never stored, the guard only keeps 0/0 out of the arithmetic.
@@ -589,6 +593,13 @@ def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor, config: dict | None = None
     return kv_cache.dtype == q.dtype and q.is_contiguous() and tma_ok(kv_cache) and big_enough
 
 
+@functools.lru_cache(maxsize=None)
+def _smem_layout(rows: int, cols: int):
+    """The swizzled shared-memory layout of a [rows, cols] bf16 block. Cached: working it out costs about 9 us of
+    Python, and a call needs four, which shows in the eager (host-bound) time at B=1."""
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.bfloat16)
+
+
 def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, splits, split_len, single, cfg):
     """Stage 1 through the Gluon kernel: descriptors for q and the cache rows, then one program per (head group,
     split, batch row) with a loader warp and two consumer warpgroups (stage 2 is unchanged)."""
@@ -599,8 +610,7 @@ def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, spl
     flat_kv = kv_cache.as_strided((batch * n, width), (width, 1))
 
     def desc(t, rows, cols):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], gl.bfloat16)
-        return GluonDescriptor.from_tensor(t, [rows, cols], layout)
+        return GluonDescriptor.from_tensor(t, [rows, cols], _smem_layout(rows, cols))
 
     if single:
         o_strides = (out.stride(0), out.stride(1), 0)
