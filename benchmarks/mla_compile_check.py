@@ -36,12 +36,14 @@ def _module():
     return module
 
 
-def compile_stage1(splits: int = 4):
-    """The stage-1 kernel compiled for sm_90 with the descriptors and arguments its launcher builds at B=2, H=64."""
+def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stages: int = 0, pdl: bool = False):
+    """The stage-1 kernel compiled for sm_90 with the descriptors and arguments its launcher builds at B=2, H=64;
+    `fused` compiles the variant that merges its splits itself, block_n/stages another tile ring (0: CONFIG's)."""
     ours = _module()
     kernel = ours._mla_split_attend_ws
     cfg = ours.CONFIG
-    batch, heads, n, block = 2, 64, 256, cfg["BLOCK_N"]
+    batch, heads, n = 2, 64, 256
+    block, stages = block_n or cfg["BLOCK_N"], stages or cfg["num_stages"]
     q = torch.zeros(batch * heads, 576, dtype=torch.bfloat16)
     kv = torch.zeros(batch * n, 576, dtype=torch.bfloat16)
 
@@ -50,11 +52,15 @@ def compile_stage1(splits: int = 4):
 
     out = torch.zeros(batch * heads * splits, 512, dtype=torch.bfloat16)
     lse = torch.zeros(batch * heads * splits)
+    final = torch.zeros(batch, heads, 512, dtype=torch.bfloat16)
+    s_pad, upi, wu = ours.merge_tile(splits)
     args = (desc(q, 64, 512), desc(q, 64, 64), desc(kv, block, 512), desc(kv, block, 64),
             torch.zeros(batch, dtype=torch.int32), out, lse, n // splits, heads, n, 0.1,
-            heads * splits * 512, splits * 512, 512, heads * splits, splits, 1)
-    consts = dict(BLOCK_N=block, BLOCK_H=64, STAGES=cfg["num_stages"], SINGLE=False,
-                  CONSUMER_REGS=ours.GLUON_CONSUMER_REGS)
+            heads * splits * 512, splits * 512, 512, heads * splits, splits, 1,
+            torch.zeros(8, dtype=torch.int32), final, torch.zeros(batch, heads), heads * 512, 512, splits)
+    consts = dict(BLOCK_N=block, BLOCK_H=64, STAGES=stages, SINGLE=False,
+                  CONSUMER_REGS=ours.GLUON_CONSUMER_REGS, FUSED=fused, S_PAD=s_pad, UPI=upi,
+                  MERGE_WU=wu, PDL=pdl)
     options = dict(num_warps=4, maxnreg=ours.GLUON_MAXNREG)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
@@ -93,13 +99,17 @@ def report(compiled) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=4)
+    parser.add_argument("--fused", action="store_true", help="the variant that merges its splits in-kernel")
+    parser.add_argument("--block-n", type=int, default=0, help="tile rows (default: CONFIG's)")
+    parser.add_argument("--stages", type=int, default=0, help="tile ring depth (default: CONFIG's)")
+    parser.add_argument("--pdl", action="store_true", help="stage 1 releases stage 2's launch early")
     parser.add_argument("--dump", help="also write the kernel's ttgir and ptx into this folder")
     args = parser.parse_args()
     if triton.knobs.runtime.interpret:
         print("mla_compile_check: unset TRITON_INTERPRET (Gluon does not compile under the interpreter)",
               file=sys.stderr)
         return 2
-    compiled = compile_stage1(args.splits)
+    compiled = compile_stage1(args.splits, args.fused, args.block_n, args.stages, args.pdl)
     if args.dump:
         folder = Path(args.dump)
         folder.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,13 @@ VARIANTS = {
     # (2026-11-30); the tl stage-1 variants name STAGE1 "triton" explicitly.
     "gluon": ({}, "the shipped CONFIG: stage 1 in Gluon, a TMA loader warp, a scoring warpgroup that hands p to "
                   "a second warpgroup for the other half of the value columns"),
+    "gluon-fused": ({"MERGE": "fused"}, "Gluon stage 1 that merges its own splits after a barrier per (batch row, "
+                                        "head group) under a cooperative launch: no stage-2 kernel, no second launch"),
+    "gluon-n32": ({"BLOCK_N": 32, "num_stages": 4}, "Gluon stage 1 on 32-row tiles, 4 deep: at M1 a program's one "
+                                                    "64-row tile becomes two, the second landing during the first's math"),
+    "gluon-n32-fused": ({"BLOCK_N": 32, "num_stages": 4, "MERGE": "fused"}, "both of the above"),
+    "gluon-pdl": ({"PDL": True}, "Gluon stage 1 releases stage 2 early (griddepcontrol.launch_dependents after its "
+                                 "loads are issued); stage 2 waits in griddepcontrol.wait, so its launch is hidden"),
     "tma": ({"STAGE1": "triton"}, "the tl stage 1 with full tiles by TMA (255 regs, 0 spills, 216 KB), shipped "
                                   "before the Gluon kernel"),
     "base": ({"STAGE1": "triton", "LOAD": "masked"}, "the first tl default (masked loads)"),

@@ -290,17 +290,21 @@ def test_merge_rows_per_program_shrink_with_many_splits(monkeypatch):
 
 
 
-def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path):
+@pytest.mark.parametrize("args", [[], ["--fused", "--splits", "128"], ["--fused", "--splits", "4"]],
+                         ids=["two-kernel", "fused-128-splits", "fused-4-splits"])
+def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path, args):
     """The Hopper stage 1 cannot run here, but it must compile for sm_90 and keep its structure: within the 227 KB
     of shared memory, each score product issued once (36 m64n64k16 MMAs: 32 latent + 4 rope), the two value
     halves as 4 m64n256k16 MMAs each, q and the tiles by TMA, register budgets set per partition, no spills.
+    The fused variants add the in-kernel merge: one unit per merge step at 128 splits, 16 units at 4;
+    its cross-warp reduction scratch once pushed shared memory past the limit.
 
     benchmarks/mla_compile_check.py does the compile in a process of its own, without the interpreter flag these
     tests run under, and with an empty cache so that every stage of the compile runs."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     env["PYTHONPATH"] = str(KERNELS.parent)
-    proc = subprocess.run([sys.executable, str(KERNELS.parent / "benchmarks" / "mla_compile_check.py")],
+    proc = subprocess.run([sys.executable, str(KERNELS.parent / "benchmarks" / "mla_compile_check.py"), *args],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     shape = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -308,6 +312,63 @@ def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path):
     assert shape["wgmma"] == {"m64n64k16": 36, "m64n256k16": 8}
     assert shape["tma_copies"] > 0 and 240 in shape["setmaxnreg"] and 24 in shape["setmaxnreg"]
     assert shape["ptx_local_accesses"] == 0 and shape.get("sass_spill_ops", 0) == 0
+
+
+class _Launch:
+    """Stands in for the Gluon kernel's launcher: checks that the host passes every kernel parameter exactly
+    once (a renamed or missing one fails only at launch, on the GPU) and records what it was given."""
+
+    def __init__(self, kernel):
+        self.names = [param.name for param in kernel.params]
+        self.calls = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            options = {k: kwargs.pop(k) for k in ("num_warps", "maxnreg", "launch_cooperative_grid") if k in kwargs}
+            given = self.names[:len(args)] + list(kwargs)
+            assert sorted(given) == sorted(self.names) and len(given) == len(set(given)), \
+                set(given) ^ set(self.names)
+            self.calls.append({"grid": grid, **dict(zip(self.names, args)), **kwargs, **options})
+        return launch
+
+
+@pytest.mark.parametrize("splits, fused, s_pad, upi, wu", [(128, True, 128, 1, 1), (66, True, 128, 1, 1),
+                                                          (4, True, 4, 16, 4), (8, False, 1, 1, 1)])
+def test_gluon_launcher_passes_every_parameter(monkeypatch, splits, fused, s_pad, upi, wu):
+    """The launcher's arguments match the kernel's signature on both paths, the launch is cooperative exactly when
+    the kernel merges in place (its barrier needs every program resident), and the merge tile fits 128 rows."""
+    stub = _Launch(OURS._mla_split_attend_ws)
+    monkeypatch.setattr(OURS, "_mla_split_attend_ws", stub)
+    b, h, n = 1, 64, 64 * splits
+    q = torch.zeros(b, h, 576, dtype=torch.bfloat16)
+    kv = torch.zeros(b, n, 576, dtype=torch.bfloat16)
+    o = torch.zeros(b, h, 512, dtype=torch.bfloat16)
+    lse = torch.zeros(b, h)
+    o_part, lse_part = OURS.partial_buffers(b, h, splits, q.device, q.dtype)
+    sync = torch.zeros(OURS._SYNC_GROUPS, dtype=torch.int32)
+    OURS._launch_gluon_stage1(q, kv, torch.full((b,), n, dtype=torch.int32), 0.1, o_part, lse_part, splits, 64,
+                              False, OURS.resolve(), (sync, o, lse) if fused else None)
+    (call,) = stub.calls
+    assert call["grid"] == (1, splits, b) and call["FUSED"] == fused
+    assert call.get("launch_cooperative_grid") == fused
+    assert (call["S_PAD"], call["UPI"], call["MERGE_WU"]) == (s_pad, upi, wu)
+    assert call["UPI"] * call["S_PAD"] <= 128
+
+
+def test_fused_merge_only_where_the_grid_is_resident(monkeypatch):
+    """MERGE picks the in-kernel merge only for 2-128 splits whose whole grid fits one program per multiprocessor
+    ("auto" from FUSED_MIN_SPLITS); anything else keeps the stage-2 kernel rather than risk a barrier waiting on a
+    program that cannot be scheduled."""
+    monkeypatch.setattr(OURS, "_sm_count", lambda device: 132)
+    cpu = torch.device("cpu")
+    auto, fused, kernel = {"MERGE": "auto"}, {"MERGE": "fused"}, {"MERGE": "kernel"}
+    assert OURS.fused_ok(1, 64, 128, cpu, auto) and OURS.fused_ok(1, 128, 66, cpu, auto)
+    assert not OURS.fused_ok(32, 64, 4, cpu, auto) and OURS.fused_ok(32, 64, 4, cpu, fused)
+    assert not OURS.fused_ok(1, 64, 128, cpu, kernel)
+    assert not OURS.fused_ok(1, 64, 1, cpu, fused)
+    assert not OURS.fused_ok(1, 64, 133, cpu, fused) and not OURS.fused_ok(2, 64, 67, cpu, fused)
+    assert not OURS.fused_ok(1, 64, 130, cpu, fused)  # resident, but past one merge tile
+
 
 def test_gluon_stage1_is_skipped_where_it_cannot_run():
     """STAGE1 "gluon" (the default) needs a Hopper GPU: CPU tensors, fp32, a strided q or a tiny cache take the tl
@@ -318,3 +379,18 @@ def test_gluon_stage1_is_skipped_where_it_cannot_run():
     ref_o, ref_lse = REF.forward(**inputs)
     o, lse = OURS.forward(**inputs, num_splits=2)
     assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT
+
+
+def test_trace_tool_still_finds_its_anchors(tmp_path):
+    """benchmarks/mla_trace.py patches timing stamps into a copy of the kernel; a kernel edit that moves its anchor
+    text must fail here rather than on the GPU lease."""
+    import importlib.util
+
+    path = KERNELS.parent / "benchmarks" / "mla_trace.py"
+    spec_ = importlib.util.spec_from_file_location("mla_trace_test", path)
+    tool = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tool)
+    traced = tool.traced_kernel(tmp_path)
+    source = (tmp_path / "mla_traced.py").read_text()
+    assert source.count("_stamp()") == 6 and "t0, base, SEQLENS" in source
+    assert traced._SYNC_GROUPS >= tool.TRACE_AT + 8 * 132

@@ -2,10 +2,13 @@
 
 Stage 1 has two implementations. On a Hopper GPU it is a warp-specialised Gluon kernel (TMA loader warp, a
 warpgroup that scores and runs the softmax, a warpgroup for the second half of the value columns); everywhere else
-(the CPU interpreter, other GPUs, fp32 inputs, strided q) it is the tl kernel, which the CPU tests check.
+(the CPU interpreter, other GPUs, fp32 inputs, strided q) it is the tl kernel, which the CPU tests check. With many
+splits (B=1) the Gluon kernel also does stage 2's work: its programs meet at a barrier per (batch row, head group)
+and each merges a share of the partials, so the call is a single (cooperative) launch.
 """
 
 import functools
+import itertools
 
 import torch
 import triton
@@ -19,7 +22,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDes
 TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits": [0, 16, 32, 64, 128],
             "LAZY_RESCALE": [False, True], "BLOCK_H": [16, 32, 64], "num_warps": [4, 8],
             "LOAD": ["masked", "peeled", "tma"], "MERGE_BLOCK_D": [0, 32, 64, 128, 256, 512],
-            "MERGE_HEADS": [1, 2, 4, 8, 16], "PDL": [False, True], "STAGE1": ["triton", "gluon"]}
+            "MERGE_HEADS": [1, 2, 4, 8, 16], "PDL": [False, True], "STAGE1": ["triton", "gluon"],
+            "MERGE": ["kernel", "fused", "auto"]}
 # num_splits 0 means: choose from the shape so that stage 1 has about one program per SM.
 # Measured on the H200 (benchmarks/mla_bench.py --tune, 2026-11-29): BLOCK_N=64 x 2 stages is fastest at M3
 # (163 us) and ties at M1 (17.3 us); 32 x 3/4 stages 170/171 us, 16 x 6/8 stages 278 us, and LAZY_RESCALE is 4-7%
@@ -48,8 +52,16 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # the way: both warpgroups scoring (95.2 us at M3), the accumulator stored straight from registers (4-byte stores,
 # M1 19.5 us), the previous PV queued behind the next scores (20 spills, M3 105 us), and tiles loaded in column
 # chunks on separate barriers (its checks timed out; not debugged).
+# MERGE: "kernel" runs stage 2 as a kernel of its own; "fused" has the Gluon stage 1 merge its splits itself after a
+# barrier per (batch row, head group) under a cooperative launch (one launch, no drain between the stages); "auto"
+# fuses from FUSED_MIN_SPLITS splits. In-kernel stamps at M1 (globaltimer, H200): partials all stored by 7.2 us,
+# barrier released at 8.2-8.5 us, merged by 10.6-12.2 us, so the partials' round trip through L2 (8.4 MB written,
+# then read back) is now most of what is left above the 2 us that reading the cache takes.
+# Also measured with the Gluon stage 1 (graph us M1/M2/M3/M4, H200, 2026-11-30; the shipped 64 x 2 two-kernel run
+# alongside was 14.74/17.03/83.31/257.6): PDL, stage 1 releasing stage 2 right after issuing its loads,
+# 16.82/20.05/82.26/269.5; 32-row tiles x 4 stages, 14.41/17.80/102.7/380.8. Neither ships.
 CONFIG = {"BLOCK_N": 64, "num_stages": 2, "num_splits": 0, "LAZY_RESCALE": False, "BLOCK_H": 64, "num_warps": 8,
-          "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon"}
+          "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon", "MERGE": "auto"}
 
 D_LATENT = 512
 D_ROPE = 64
@@ -238,6 +250,9 @@ def _mla_merge_splits(
 G_LAT = gl.constexpr(512)
 G_ROPE = gl.constexpr(64)
 G_HALF = gl.constexpr(256)
+# Each fused call adds exactly this much to its group's barrier word: a power of two above the most arrivals
+# (two warpgroups x 128 splits).
+G_SYNC_ROUND = gl.constexpr(1024)
 
 
 @gluon.jit
@@ -348,8 +363,103 @@ def _hand_off(pb, alpha, p_smem, x_smem, p_ready, p_free, j):
 
 
 @gluon.jit
-def _g_score(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
-             SINGLE: gl.constexpr):
+def _group_base(merge, FUSED: gl.constexpr):
+    """Where this call's count for the program's (batch row, head group) starts: the word's value rounded down to
+    G_SYNC_ROUND. Read when the partition starts, off the critical path; it is right even if other splits have
+    already arrived, because the count reaches the next multiple only once this program has arrived too."""
+    base = 0
+    if FUSED:
+        group = gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)
+        base = gl.load(merge[0] + group, volatile=True) & ~(G_SYNC_ROUND - 1)
+    return base
+
+
+@gluon.jit
+def _group_barrier(SYNC, base, leader, arrivals):
+    """Wait until `arrivals` warpgroups (both consumers of every split of this (batch row, head group)) have stored
+    their partials.
+
+    The word only grows: each call adds exactly G_SYNC_ROUND to it (the leader adds what the others do not), so it
+    is a multiple of that between calls whatever split count the last call had, and needs no reset; int32
+    wrap-around is harmless because the round divides 2**32. An arrival is one elected thread's release after a
+    partition barrier, so it covers the whole warpgroup's stores (the cooperative-groups grid-sync pattern), and
+    it is fire-and-forget: the only round trips on the critical path are the polls. The launch is cooperative, so
+    every program is resident and the spin cannot starve one that is not.
+    """
+    gl.thread_barrier()
+    share = gl.where(leader, G_SYNC_ROUND - (arrivals - 1), 1)
+    gl.atomic_add(SYNC, share, sem="release", scope="gpu")
+    count = gl.atomic_add(SYNC, 0, sem="acquire", scope="gpu")
+    while count - base < G_SYNC_ROUND:
+        count = gl.atomic_add(SYNC, 0, sem="acquire", scope="gpu")
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+                HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr, UPI: gl.constexpr,
+                WU: gl.constexpr):
+    """Stage 2 inside stage 1: this warpgroup merges its share of the group's partials for its 256 columns.
+
+    The work is 2 * BLOCK_H units of (head, 128 columns); split s takes a contiguous run of them, UPI at a
+    time as one [UPI, S_PAD, 128] load of every split's partial (32 KB at 128 splits, all in flight at once).
+    Partials are read past L1 (.cg): they were written by other multiprocessors.
+    """
+    SYNC, O, LSE, f_sb, f_sh, S = merge
+    # 8 columns (16 bytes) a thread; warps across units when there are 4 or more (WU = 4), else across columns, so
+    # the sums over splits stay inside a warp: a cross-warp reduction needs scratch beyond the 227 KB limit.
+    layout: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 32 // (4 * WU), 4 * WU], [WU, 1, 4 // WU], [2, 1, 0])
+    l_lse: gl.constexpr = gl.SliceLayout(2, layout)
+    l_out: gl.constexpr = gl.SliceLayout(1, layout)
+    seqlen = gl.load(SEQLENS + b)
+    units = 2 * BLOCK_H
+    per = gl.cdiv(units, S)
+    u_lo = s * per
+    u_hi = gl.minimum(u_lo + per, units)
+    sp = gl.arange(0, S_PAD, layout=gl.SliceLayout(0, l_lse))
+    split_ok = (sp < S) & (sp * split_len < seqlen)
+    cols = gl.arange(0, 128, layout=gl.SliceLayout(0, l_out))
+    for u0 in range(u_lo, u_hi, UPI):
+        u = u0 + gl.arange(0, UPI, layout=gl.SliceLayout(1, l_lse))
+        head = hg * BLOCK_H + u // 2
+        ok = ((u < u_hi) & (head < H))[:, None] & split_ok[None, :]
+        lse = gl.load(LSE_OUT + b * l_sb + head[:, None] * l_sh + sp[None, :] * l_ss, mask=ok,
+                      other=-float("inf"), cache_modifier=".cg")
+        base = (b.to(gl.int64) * o_sb + head[:, None] * o_sh + sp[None, :] * o_ss + HALF * G_HALF
+                + (u % 2)[:, None] * 128)
+        part = gl.load(OUT + base[:, :, None] + cols[None, None, :], mask=ok[:, :, None], other=0.0,
+                       cache_modifier=".cg")
+        m = gl.max(lse, axis=1)
+        m = gl.where(m == -float("inf"), 0.0, m)
+        w = gl.where(ok, gl.exp2(lse - m[:, None]), 0.0)
+        denom = gl.sum(w, axis=1)
+        denom = gl.where(denom > 0.0, denom, 1.0)
+        w = w / denom[:, None]
+        out = gl.sum(part.to(gl.float32) * w[:, :, None], axis=1)
+        u_o = u0 + gl.arange(0, UPI, layout=gl.SliceLayout(1, l_out))
+        head_o = hg * BLOCK_H + u_o // 2
+        o_ptr = O + b.to(gl.int64) * f_sb + head_o[:, None] * f_sh + HALF * G_HALF + (u_o % 2)[:, None] * 128
+        gl.store(o_ptr + cols[None, :], out.to(O.dtype.element_ty), mask=((u_o < u_hi) & (head_o < H))[:, None])
+        if HALF == 0:
+            first = (u < u_hi) & (head < H) & (u % 2 == 0)
+            gl.store(LSE + b * H + head, (m + gl.log2(denom)) * 0.6931471805599453, mask=first)
+
+
+@gluon.jit
+def _finish_group(base, SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+                  HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr, UPI: gl.constexpr,
+                  WU: gl.constexpr):
+    """Every consumer warpgroup of every split arrives (an empty split too), then each merges its share."""
+    group = b * gl.num_programs(0) + hg
+    _group_barrier(merge[0] + group, base, (s == 0) & (HALF == 0), 2 * merge[5])
+    _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+                HALF, BLOCK_H, S_PAD, UPI, WU)
+
+
+@gluon.jit
+def _g_score(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
+             STAGES: gl.constexpr, SINGLE: gl.constexpr, FUSED: gl.constexpr, S_PAD: gl.constexpr,
+             UPI: gl.constexpr, MERGE_WU: gl.constexpr):
     """Warpgroup 0: scores each tile, runs the online softmax, hands p and the rescale factors to warpgroup 1
     through shared memory, and multiplies the first 256 value columns itself (p straight from registers).
 
@@ -360,6 +470,7 @@ def _g_score(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.cons
     q_bar, ready, empty, p_ready, p_free = bars
     SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
     b, s, hg, start, end, n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)
+    base = _group_base(merge, FUSED)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -404,16 +515,21 @@ def _g_score(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.cons
             lse2 = lse2 * 0.6931471805599453
         offs_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
         gl.store(LSE_OUT + b * l_sb + offs_h * l_sh + s * l_ss, lse2, mask=offs_h < H)
+    if FUSED:
+        _finish_group(base, SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+                      0, BLOCK_H, S_PAD, UPI, MERGE_WU)
 
 
 @gluon.jit
-def _g_value(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
-             SINGLE: gl.constexpr):
+def _g_value(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
+             STAGES: gl.constexpr, SINGLE: gl.constexpr, FUSED: gl.constexpr, S_PAD: gl.constexpr,
+             UPI: gl.constexpr, MERGE_WU: gl.constexpr):
     """Warpgroup 1: the value columns 256-511, with p read from shared memory as the MMA's A operand."""
     q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
     q_bar, ready, empty, p_ready, p_free = bars
     SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
     b, s, hg, start, end, n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)
+    base = _group_base(merge, FUSED)
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, G_HALF, 16])
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -436,19 +552,30 @@ def _g_value(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.cons
         mbarrier.wait(p_ready, n_tiles & 1)
         _store_half(acc, x_smem.load(row_o), q_smem.slice(G_HALF, G_HALF, dim=1), OUT, b, s, hg, H,
                     o_sb, o_sh, o_ss, 1, BLOCK_H)
+    if FUSED:
+        _finish_group(base, SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+                      1, BLOCK_H, S_PAD, UPI, MERGE_WU)
 
 
 @gluon.jit
-def _g_load_w(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
-              STAGES: gl.constexpr, SINGLE: gl.constexpr):
+def _g_load_w(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
+              STAGES: gl.constexpr, SINGLE: gl.constexpr, FUSED: gl.constexpr, S_PAD: gl.constexpr,
+              UPI: gl.constexpr, MERGE_WU: gl.constexpr, PDL: gl.constexpr):
     _g_load(descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES)
+    if PDL:
+        # Stage 2 may be scheduled now: its programs wait for this grid's results in griddepcontrol.wait, and
+        # meanwhile their launch is off the critical path.
+        gl.inline_asm_elementwise("mov.u32 $0, 0; griddepcontrol.launch_dependents;", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
 
 
 @gluon.jit
 def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, SEQLENS, OUT, LSE_OUT,
                          split_len, H, N, qk_scale, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+                         SYNC, O, LSE, f_sb, f_sh, num_splits,
                          BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
-                         SINGLE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                         SINGLE: gl.constexpr, CONSUMER_REGS: gl.constexpr, FUSED: gl.constexpr,
+                         S_PAD: gl.constexpr, UPI: gl.constexpr, MERGE_WU: gl.constexpr, PDL: gl.constexpr):
     """Stage 1 on Hopper: per (head group, split, batch row) a loader warp, a scoring warpgroup and a value
     warpgroup, so each score product runs once on the tensor cores.
 
@@ -478,10 +605,15 @@ def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, SEQLENS, OUT, LSE
     smem = (q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem)
     bars = (q_bar, ready, empty, p_ready, p_free)
     scalars = (SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss)
+    merge = (SYNC, O, LSE, f_sb, f_sh, num_splits)
+    # Constexprs stay constexprs only when written into each partition's argument tuple.
     gl.warp_specialize([
-        (_g_score, (descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES, SINGLE)),
-        (_g_value, (descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES, SINGLE)),
-        (_g_load_w, (descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES, SINGLE)),
+        (_g_score, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
+                    MERGE_WU)),
+        (_g_value, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
+                    MERGE_WU)),
+        (_g_load_w, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
+                     MERGE_WU, PDL)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -572,19 +704,22 @@ def _descriptors(kv_cache: torch.Tensor, block_n: int):
 # warpgroup), then the loader drops to 24 and each consumer warpgroup rises to 240 (its 64x256 fp32 accumulator
 # alone is 128): 168 * 384 = 240 * 256 + 24 * 128.
 GLUON_MAXNREG = 168
+# (BLOCK_N, num_stages) rings that fit beside q in shared memory: 64 x 2 ships; 32-row tiles split M1's one tile
+# per program in two, so the second half's load overlaps the first half's math.
+GLUON_TILES = ((64, 2), (32, 2), (32, 3), (32, 4))
 GLUON_CONSUMER_REGS = 240
 
 
 def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor, config: dict | None = None) -> bool:
     """Whether the warp-specialised Gluon stage 1 can run: a Hopper GPU (not the interpreter), bf16 inputs, q
-    contiguous, the cache viewable as TMA rows, and the tile shape it was built and measured for (64 rows, two
-    stages, 64 heads a program). Anything else takes the tl stage 1, which runs everywhere."""
+    contiguous, the cache viewable as TMA rows, and a tile ring it was built for (GLUON_TILES, 64 heads a program).
+    Anything else takes the tl stage 1, which runs everywhere."""
     cfg = resolve(config)
     if not q.is_cuda or triton.knobs.runtime.interpret:
         return False
     if torch.cuda.get_device_capability(q.device)[0] != 9 or q.dtype != torch.bfloat16:
         return False
-    if (cfg["BLOCK_N"], cfg["num_stages"], cfg["BLOCK_H"]) != (64, 2, 64):
+    if cfg["BLOCK_H"] != 64 or (cfg["BLOCK_N"], cfg["num_stages"]) not in GLUON_TILES:
         return False
     batch, heads, _ = q.shape
     # A TMA box may not be taller than the tensor it reads: a tiny cache (N = 1) or a q of fewer than 64 rows in
@@ -600,9 +735,54 @@ def _smem_layout(rows: int, cols: int):
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.bfloat16)
 
 
-def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, splits, split_len, single, cfg):
+# The fused merge's barrier word per (batch row, head group). Zero is a valid start and the kernel leaves every word a
+# multiple of G_SYNC_ROUND, so they are made once per device (outside any graph capture) and reused. Each call takes the next of _SYNC_SLOTS sets in turn,
+# so calls in flight at once on different streams (or graphs captured at different calls) use different words.
+_SYNC_SLOTS = 64
+# MERGE "auto" fuses from this many splits. H200, same run (graph us, mla_variants.py, 2026-11-30): fused vs
+# two kernels M1 (128 splits) 14.38 vs 14.74, M2 (64) 15.31 vs 17.03, M3 (4) 84.57 vs 83.31. With few splits the
+# stage-2 kernel is short, and in the fused kernel a group's merge reads compete with other groups' tile loads.
+FUSED_MIN_SPLITS = 16
+_SYNC_GROUPS = 512
+_SYNC_WORDS: dict = {}
+_SYNC_TURN = itertools.count()
+
+
+def _sync_words(device: torch.device):
+    """The next set of barrier words, or None while a graph is being captured before any exist: allocating them
+    inside the capture would put them in that graph's memory pool, so that call takes the two-kernel path."""
+    words = _SYNC_WORDS.get(device)
+    if words is None:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        words = _SYNC_WORDS[device] = torch.zeros(_SYNC_SLOTS, _SYNC_GROUPS, dtype=torch.int32, device=device)
+    return words[next(_SYNC_TURN) % _SYNC_SLOTS]
+
+
+def fused_ok(batch: int, heads: int, splits: int, device: torch.device, config: dict | None = None) -> bool:
+    """Whether the Gluon stage 1 merges the splits itself: MERGE "fused" (or "auto" from FUSED_MIN_SPLITS splits),
+    more than one split and at most 128 (one [splits, 128] tile per merge step), and the whole grid resident at
+    once (one program per multiprocessor: it needs 225 KB of shared memory), which the cooperative launch then
+    guarantees."""
+    cfg = resolve(config)
+    groups = batch * triton.cdiv(heads, cfg["BLOCK_H"])
+    wanted = cfg["MERGE"] == "fused" or (cfg["MERGE"] == "auto" and splits >= FUSED_MIN_SPLITS)
+    return wanted and 1 < splits <= 128 and groups <= _SYNC_GROUPS and groups * splits <= _sm_count(device)
+
+
+def merge_tile(splits: int) -> tuple[int, int, int]:
+    """The fused merge's step as (S_PAD, UPI, WU): [UPI units, S_PAD splits, 128 columns], with WU warps across
+    units. At most 16 units a step: 32 spilled at 4 splits (sm_90 compile, benchmarks/mla_compile_check.py)."""
+    s_pad = triton.next_power_of_2(splits)
+    upi = min(16, max(1, 128 // s_pad))
+    return s_pad, upi, 4 if upi >= 4 else 1
+
+
+def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, splits, split_len, single, cfg,
+                         fused=None, pdl=False):
     """Stage 1 through the Gluon kernel: descriptors for q and the cache rows, then one program per (head group,
-    split, batch row) with a loader warp and two consumer warpgroups (stage 2 is unchanged)."""
+    split, batch row) with a loader warp and two consumer warpgroups. `fused` = (sync words, o, lse) makes the
+    kernel merge its splits itself after a barrier per (batch row, head group); otherwise stage 2 runs after."""
     batch, heads, width = q.shape
     n = kv_cache.shape[1]
     block_n, block_h = cfg["BLOCK_N"], cfg["BLOCK_H"]
@@ -619,12 +799,20 @@ def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, spl
         o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
         l_strides = (heads * splits, splits, 1)
     grid = (triton.cdiv(heads, block_h), splits, batch)
+    if fused is None:
+        sync, o, lse, (s_pad, upi, wu) = lse_out, out, lse_out, (1, 1, 1)
+    else:
+        sync, o, lse = fused
+        s_pad, upi, wu = merge_tile(splits)
     _mla_split_attend_ws[grid](
         desc(flat_q, block_h, D_LATENT), desc(flat_q, block_h, D_ROPE), desc(flat_kv, block_n, D_LATENT),
         desc(flat_kv, block_n, D_ROPE), cache_seqlens, out, lse_out,
         split_len, heads, n, float(sm_scale) * LOG2E, *o_strides, *l_strides,
+        sync, o, lse, o.stride(0), o.stride(1), splits,
         BLOCK_N=block_n, BLOCK_H=block_h, STAGES=cfg["num_stages"], SINGLE=single,
-        CONSUMER_REGS=GLUON_CONSUMER_REGS, num_warps=4, maxnreg=GLUON_MAXNREG,
+        CONSUMER_REGS=GLUON_CONSUMER_REGS, FUSED=fused is not None, S_PAD=s_pad, UPI=upi,
+        MERGE_WU=wu, PDL=pdl and fused is None, num_warps=4, maxnreg=GLUON_MAXNREG,
+        launch_cooperative_grid=fused is not None,
     )
 
 
@@ -663,8 +851,12 @@ def attend_into(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, 
     # Grid dependency control is a Hopper launch attribute; the interpreter neither has nor needs it.
     pdl = bool(cfg["PDL"]) and q.is_cuda and not single
     if cfg["STAGE1"] == "gluon" and gluon_ok(q, kv_cache, cfg):
-        pdl = False
-        _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, o_part, lse_part, splits, split_len, single, cfg)
+        sync = _sync_words(q.device) if fused_ok(batch, heads, splits, q.device, cfg) else None
+        fused = None if sync is None else (sync, o, lse)
+        _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, o_part, lse_part, splits, split_len, single, cfg,
+                             fused, pdl)
+        if fused is not None:
+            return
     else:
         _launch_tl_stage1(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits, split_len, single,
                           cfg, pdl)
