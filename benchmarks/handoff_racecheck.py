@@ -113,14 +113,15 @@ def handoff(OUT, ROUNDS: gl.constexpr, FENCE: gl.constexpr, MMA: gl.constexpr, S
                            [4, 1], [240, 24])
     else:
         gl.warp_specialize([(_produce, (x_smem, p_smem, ready, free, OUT, ROUNDS, FENCE, MMA, SLICE, DEDUP)),
-                            (_consume, (x_smem, p_smem, ready, free, OUT, ROUNDS, FENCE, MMA, SLICE, DEDUP))], [4], [168])
+                            (_consume, (x_smem, p_smem, ready, free, OUT, ROUNDS, FENCE, MMA, SLICE, DEDUP))],
+                           [4], [168])
 
 
 def main() -> int:
     """One mode per process, so racecheck's summary belongs to that mode. argv[1]: "plain" or features joined by
     "+": fence (a proxy fence before the arrival), mma (the consumer reads a tile through wgmma), slice (the
-    buffer written and read in MMA row layouts), dedup (with slice: written from a one-owner layout), third (a one-warp third partition, setmaxnreg 240/24);
-    argv[2]: programs (default 1)."""
+    buffer written and read in MMA row layouts), dedup (with slice: written from a one-owner layout), third (a
+    one-warp third partition, setmaxnreg 240/24); argv[2]: programs (default 1)."""
     mode = sys.argv[1] if len(sys.argv) > 1 else "plain"
     programs = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     flags = set(mode.split("+"))

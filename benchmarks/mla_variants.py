@@ -45,8 +45,9 @@ VARIANTS = {
     "gluon-fused": ({"MERGE": "fused"}, "Gluon stage 1 that merges its own splits after a barrier per (batch row, "
                                         "head group) under a cooperative launch: no stage-2 kernel, no second launch"),
     "gluon-kernel": ({"MERGE": "kernel"}, "Gluon stage 1, stage 2 always a kernel of its own (session 4)"),
-    "gluon-n32": ({"BLOCK_N": 32, "num_stages": 4}, "Gluon stage 1 on 32-row tiles, 4 deep: at M1 a program's one "
-                                                    "64-row tile becomes two, the second landing during the first's math"),
+    "gluon-n32": ({"BLOCK_N": 32, "num_stages": 4}, "Gluon stage 1 on 32-row tiles, 4 deep: at M1 a program's "
+                                                    "one 64-row tile becomes two, the second landing during the "
+                                                    "first's math"),
     "gluon-n32-fused": ({"BLOCK_N": 32, "num_stages": 4, "MERGE": "fused"}, "both of the above"),
     "gluon-pdl": ({"PDL": True}, "Gluon stage 1 releases stage 2 early (griddepcontrol.launch_dependents after its "
                                  "loads are issued); stage 2 waits in griddepcontrol.wait, so its launch is hidden"),

@@ -738,9 +738,10 @@ def _smem_layout(rows: int, cols: int):
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.bfloat16)
 
 
-# The fused merge's barrier word per (batch row, head group). Zero is a valid start and the kernel leaves every word a
-# multiple of G_SYNC_ROUND, so they are made once per device (outside any graph capture) and reused. Each call takes the next of _SYNC_SLOTS sets in turn,
-# so calls in flight at once on different streams (or graphs captured at different calls) use different words.
+# The fused merge's barrier word per (batch row, head group). Zero is a valid start and the kernel leaves every word
+# a multiple of G_SYNC_ROUND, so they are made once per device (outside any graph capture) and reused. Each call
+# takes the next of _SYNC_SLOTS sets in turn, so calls in flight at once on different streams (or graphs captured at
+# different calls) use different words.
 _SYNC_SLOTS = 64
 # MERGE "auto" fuses from this many splits. H200, same run (graph us, mla_variants.py, 2026-11-30): fused vs
 # two kernels M1 (128 splits) 14.38 vs 14.74, M2 (64) 15.31 vs 17.03, M3 (4) 84.57 vs 83.31. With few splits the

@@ -416,9 +416,9 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "profile",
-            "Nsight Compute on one shape of an attempt (default: the best): DRAM/SM throughput, occupancy, "
-            "registers, shared memory, L2 hit rate, stall reasons. CUDA sessions only; every evaluation on CUDA "
-            "already carries a kernel table and roofline class.",
+            "Nsight Compute on one shape of an attempt (default: the best): DRAM/L2/SM throughput, occupancy, "
+            "registers, shared memory, L2 hit rate and bytes, stall reasons. CUDA sessions only; every evaluation "
+            "on CUDA already carries a kernel table and roofline class.",
             {"type": "object", "properties": {
                 "attempt": _prop("integer", "Attempt number (default: the best).", minimum=1),
                 "shape": _prop("string", "A shape name (default: the first benchmark shape).")}},

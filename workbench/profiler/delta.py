@@ -14,6 +14,7 @@ _NCU_KEYS: list[tuple[str, str, Callable[[float], str]]] = [
     ("occupancy_pct", "occupancy", lambda v: f"{v:.0f}%"),
     ("dram_pct", "DRAM throughput", lambda v: f"{v:.0f}%"),
     ("sm_pct", "SM throughput", lambda v: f"{v:.0f}%"),
+    ("l2_pct", "L2 throughput", lambda v: f"{v:.0f}%"),
     ("l2_hit_pct", "L2 hit rate", lambda v: f"{v:.0f}%"),
     ("registers", "registers/thread", lambda v: f"{v:.0f}"),
     ("smem_per_block", "smem/block", lambda v: f"{v / 1024:.1f} KiB"),

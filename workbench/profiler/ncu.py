@@ -32,6 +32,8 @@ METRICS: dict[str, str] = {
     "block": "launch__block_size",
     "waves": "launch__waves_per_multiprocessor",
     "l2_hit_pct": "lts__t_sector_hit_rate.pct",
+    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l2_bytes": "lts__t_bytes.sum",
     "dram_read_bytes": "dram__bytes_read.sum",
     "dram_write_bytes": "dram__bytes_write.sum",
     "local_ld": "smsp__sass_inst_executed_op_local_ld.sum",
@@ -117,7 +119,7 @@ def _launch(row: dict[str, str]) -> dict[str, Any]:
 
 
 def derive(metrics: dict[str, float]) -> dict[str, Any]:
-    """Add derived values: shared memory per block, FLOPs and FLOP/s, bytes/s, the top warp stalls."""
+    """Add derived values: shared memory per block, FLOPs and FLOP/s, DRAM and L2 bytes/s, the top warp stalls."""
     m: dict[str, Any] = dict(metrics)
     if "smem_static" in m or "smem_dynamic" in m:
         m["smem_per_block"] = (m.get("smem_static") or 0) + (m.get("smem_dynamic") or 0)
@@ -137,6 +139,10 @@ def derive(metrics: dict[str, float]) -> dict[str, Any]:
     moved = [m.get("dram_read_bytes"), m.get("dram_write_bytes")]
     if all(v is not None for v in moved) and duration:
         m["bytes_per_s"] = (moved[0] + moved[1]) / (duration * 1e-9)
+    if m.get("l2_bytes") is not None and duration:
+        # Everything the L2 served or took in: a kernel that round-trips data through L2 (split-K partials, a
+        # reduction between its own stages) shows here while its DRAM figure looks idle.
+        m["l2_bytes_per_s"] = m["l2_bytes"] / (duration * 1e-9)
     stalls = [{"reason": r, "cycles": m[f"stall_{r}"]} for r in STALL_REASONS if m.get(f"stall_{r}") is not None]
     m["stall_top"] = sorted(stalls, key=lambda s: -s["cycles"])[:3]
     return m
@@ -256,7 +262,7 @@ def format_rows(rows: list[dict[str, Any]], indent: str = "  ") -> list[str]:
         dur = f"{m['duration_ns'] / 1e3:.1f} us" if m.get("duration_ns") is not None else "-"
         lines.append(f"{indent}{row['kernel']} (x{row['launches']}): {dur}, DRAM {pct('dram_pct')}, "
                      f"SM {pct('sm_pct')}, occupancy {pct('occupancy_pct')} (theoretical "
-                     f"{pct('theoretical_occupancy_pct')}), L2 hit {pct('l2_hit_pct')}")
+                     f"{pct('theoretical_occupancy_pct')}), L2 {pct('l2_pct')} (hit {pct('l2_hit_pct')})")
         parts = []
         if m.get("registers") is not None:
             parts.append(f"{m['registers']:.0f} regs/thread")
@@ -266,6 +272,8 @@ def format_rows(rows: list[dict[str, Any]], indent: str = "  ") -> list[str]:
             parts.append(f"grid {m['grid']:.0f} x block {m.get('block', 0):.0f}")
         if m.get("bytes_per_s") is not None:
             parts.append(f"{m['bytes_per_s'] / 1e12:.2f} TB/s")
+        if m.get("l2_bytes_per_s") is not None:
+            parts.append(f"L2 {m['l2_bytes_per_s'] / 1e12:.2f} TB/s")
         if m.get("flop_s") is not None:
             parts.append(f"{m['flop_s'] / 1e12:.2f} TFLOP/s (non-tensor)")
         if parts:

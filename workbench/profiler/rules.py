@@ -88,10 +88,11 @@ def advise(profile: dict[str, Any], sms: int | None = None) -> list[dict[str, An
             found.append(_finding("register-spills", f"{kernel}: {local:.0f} local-memory instructions (spills) "
                                   "(ncu)", kernel=kernel))
         stalls = m.get("stall_top") or []
-        if stalls and (m.get("dram_pct") or 0) < 60 and (m.get("sm_pct") or 0) < 60:
+        busy = {"DRAM": m.get("dram_pct"), "L2": m.get("l2_pct"), "SM": m.get("sm_pct")}
+        if stalls and all((v or 0) < 60 for v in busy.values()):
             top = ", ".join(f"{s['reason']} {s['cycles']:.1f}" for s in stalls[:2])
-            found.append(_finding("stalls", f"{kernel}: DRAM {m.get('dram_pct', 0):.0f}% and SM "
-                                  f"{m.get('sm_pct', 0):.0f}% busy; top warp stalls (cycles/issue): {top}",
+            units = ", ".join(f"{name} {v:.0f}%" for name, v in busy.items() if v is not None)
+            found.append(_finding("stalls", f"{kernel}: {units} busy; top warp stalls (cycles/issue): {top}",
                                   kernel=kernel, severity="info"))
     order = {"warn": 0, "info": 1}
     return sorted(found, key=lambda f: order.get(f["severity"], 2))
