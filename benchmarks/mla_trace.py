@@ -30,11 +30,11 @@ def _stamp():
 
 
 '''
-BARRIER_CALL = '''    _group_barrier(merge[0] + group, base, (s == 0) & (HALF == 0), 2 * merge[5])
+BARRIER_CALL = '''    _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
     _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                 HALF, BLOCK_H, S_PAD, UPI, WU)'''
 STAMPED_CALL = f'''    t1 = _stamp()
-    _group_barrier(merge[0] + group, base, (s == 0) & (HALF == 0), 2 * merge[5])
+    _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
     t2 = _stamp()
     _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                 HALF, BLOCK_H, S_PAD, UPI, WU)

@@ -366,14 +366,19 @@ def _hand_off(pb, alpha, p_smem, x_smem, p_ready, p_free, j):
 
 
 @gluon.jit
+def _group_word(SYNC):
+    """This program's (batch row, head group) barrier word: the one place that maps programs to words."""
+    return SYNC + gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)
+
+
+@gluon.jit
 def _group_base(merge, FUSED: gl.constexpr):
     """Where this call's count for the program's (batch row, head group) starts: the word's value rounded down to
     G_SYNC_ROUND. Read when the partition starts, off the critical path; it is right even if other splits have
     already arrived, because the count reaches the next multiple only once this program has arrived too."""
     base = 0
     if FUSED:
-        group = gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)
-        base = gl.load(merge[0] + group, volatile=True) & ~(G_SYNC_ROUND - 1)
+        base = gl.load(_group_word(merge[0]), volatile=True) & ~(G_SYNC_ROUND - 1)
     return base
 
 
@@ -453,8 +458,7 @@ def _finish_group(base, SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_
                   HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr, UPI: gl.constexpr,
                   WU: gl.constexpr):
     """Every consumer warpgroup of every split arrives (an empty split too), then each merges its share."""
-    group = b * gl.num_programs(0) + hg
-    _group_barrier(merge[0] + group, base, (s == 0) & (HALF == 0), 2 * merge[5])
+    _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
     _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                 HALF, BLOCK_H, S_PAD, UPI, WU)
 
