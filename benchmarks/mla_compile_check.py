@@ -29,19 +29,23 @@ from triton.runtime.jit import create_function_from_signature
 KERNEL = Path(__file__).resolve().parent.parent / "kernels" / "mla_decode" / "mla_splitkv.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("mla_splitkv", KERNEL)
+def _module(path: Path = KERNEL):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stages: int = 0, pdl: bool = False):
+def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stages: int = 0, pdl: bool = False,
+                   kernel_file: Path = KERNEL, store: str = ""):
     """The stage-1 kernel compiled for sm_90 with the descriptors and arguments its launcher builds at B=2, H=64;
-    `fused` compiles the variant that merges its splits itself, block_n/stages another tile ring (0: CONFIG's)."""
-    ours = _module()
+    `fused` compiles the variant that merges its splits itself, block_n/stages another tile ring (0: CONFIG's),
+    kernel_file a patched copy of the kernel (benchmarks/mla_trace.py's), store how o is written ("lsu" or "tma";
+    empty: CONFIG's)."""
+    ours = _module(kernel_file)
     kernel = ours._mla_split_attend_ws
     cfg = ours.CONFIG
+    tma_store = (store or cfg["STORE"]) == "tma"
     batch, heads, n = 2, 64, 256
     block, stages = block_n or cfg["BLOCK_N"], stages or cfg["num_stages"]
     q = torch.zeros(batch * heads, 576, dtype=torch.bfloat16)
@@ -54,13 +58,14 @@ def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stage
     lse = torch.zeros(batch * heads * splits)
     final = torch.zeros(batch, heads, 512, dtype=torch.bfloat16)
     s_pad, upi, wu = ours.merge_tile(splits)
-    args = (desc(q, 64, 512), desc(q, 64, 64), desc(kv, block, 512), desc(kv, block, 64),
+    o_desc = desc(out.view(batch * heads, splits * 512), 64, 64) if tma_store else desc(q, 64, 512)
+    args = (desc(q, 64, 512), desc(q, 64, 64), desc(kv, block, 512), desc(kv, block, 64), o_desc,
             torch.zeros(batch, dtype=torch.int32), out, lse, n // splits, heads, n, 0.1,
             heads * splits * 512, splits * 512, 512, heads * splits, splits, 1,
             torch.zeros(8, dtype=torch.int32), final, torch.zeros(batch, heads), heads * 512, 512, splits)
     consts = dict(BLOCK_N=block, BLOCK_H=64, STAGES=stages, SINGLE=False,
                   CONSUMER_REGS=ours.GLUON_CONSUMER_REGS, FUSED=fused, S_PAD=s_pad, UPI=upi,
-                  MERGE_WU=wu, PDL=pdl)
+                  MERGE_WU=wu, PDL=pdl, TMA_STORE=tma_store)
     options = dict(num_warps=4, maxnreg=ours.GLUON_MAXNREG)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
@@ -79,6 +84,7 @@ def report(compiled) -> dict:
         mma[shape] = mma.get(shape, 0) + 1
     result = {"shared_bytes": compiled.metadata.shared, "num_warps": compiled.metadata.num_warps, "wgmma": mma,
               "tma_copies": len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
+              "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
               "setmaxnreg": sorted({int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
               "ptx_local_accesses": len(re.findall(r"\b(?:ld|st)\.local", ptx))}
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -103,13 +109,15 @@ def main() -> int:
     parser.add_argument("--block-n", type=int, default=0, help="tile rows (default: CONFIG's)")
     parser.add_argument("--stages", type=int, default=0, help="tile ring depth (default: CONFIG's)")
     parser.add_argument("--pdl", action="store_true", help="stage 1 releases stage 2's launch early")
+    parser.add_argument("--store", choices=["lsu", "tma"], default="", help="how o is written (default: CONFIG's)")
+    parser.add_argument("--kernel", type=Path, default=KERNEL, help="a copy of the kernel module to compile")
     parser.add_argument("--dump", help="also write the kernel's ttgir and ptx into this folder")
     args = parser.parse_args()
     if triton.knobs.runtime.interpret:
         print("mla_compile_check: unset TRITON_INTERPRET (Gluon does not compile under the interpreter)",
               file=sys.stderr)
         return 2
-    compiled = compile_stage1(args.splits, args.fused, args.block_n, args.stages, args.pdl)
+    compiled = compile_stage1(args.splits, args.fused, args.block_n, args.stages, args.pdl, args.kernel, args.store)
     if args.dump:
         folder = Path(args.dump)
         folder.mkdir(parents=True, exist_ok=True)

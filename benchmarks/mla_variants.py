@@ -49,6 +49,9 @@ VARIANTS = {
                                                     "one 64-row tile becomes two, the second landing during the "
                                                     "first's math"),
     "gluon-n32-fused": ({"BLOCK_N": 32, "num_stages": 4, "MERGE": "fused"}, "both of the above"),
+    "gluon-lsu-store": ({"STORE": "lsu"}, "Gluon stage 1 writes o (partials or final) with 16-byte stores from "
+                                          "every thread, not by TMA from its staging buffer (shipped until session 6)"),
+    "gluon-lsu-store-fused": ({"STORE": "lsu", "MERGE": "fused"}, "both of the above"),
     "gluon-pdl": ({"PDL": True}, "Gluon stage 1 releases stage 2 early (griddepcontrol.launch_dependents after its "
                                  "loads are issued); stage 2 waits in griddepcontrol.wait, so its launch is hidden"),
     "tma": ({"STAGE1": "triton"}, "the tl stage 1 with full tiles by TMA (255 regs, 0 spills, 216 KB), shipped "

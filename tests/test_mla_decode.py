@@ -290,14 +290,15 @@ def test_merge_rows_per_program_shrink_with_many_splits(monkeypatch):
 
 
 
-@pytest.mark.parametrize("args", [[], ["--fused", "--splits", "128"], ["--fused", "--splits", "4"]],
-                         ids=["two-kernel", "fused-128-splits", "fused-4-splits"])
+@pytest.mark.parametrize("args", [[], ["--fused", "--splits", "128"], ["--fused", "--splits", "4", "--store", "lsu"]],
+                         ids=["two-kernel", "fused-128-splits", "fused-4-splits-lsu-store"])
 def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path, args):
     """The Hopper stage 1 cannot run here, but it must compile for sm_90 and keep its structure: within the 227 KB
     of shared memory, each score product issued once (36 m64n64k16 MMAs: 32 latent + 4 rope), the two value
     halves as 4 m64n256k16 MMAs each, q and the tiles by TMA, register budgets set per partition, no spills.
     The fused variants add the in-kernel merge: one unit per merge step at 128 splits, 16 units at 4;
-    its cross-warp reduction scratch once pushed shared memory past the limit.
+    its cross-warp reduction scratch once pushed shared memory past the limit. o leaves by TMA in 64-column boxes
+    (4 a warpgroup; Gluon does not split a store box itself), or by plain stores with STORE "lsu".
 
     benchmarks/mla_compile_check.py does the compile in a process of its own, without the interpreter flag these
     tests run under, and with an empty cache so that every stage of the compile runs."""
@@ -312,6 +313,7 @@ def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path, ar
     assert shape["wgmma"] == {"m64n64k16": 36, "m64n256k16": 8}
     assert shape["tma_copies"] > 0 and 240 in shape["setmaxnreg"] and 24 in shape["setmaxnreg"]
     assert shape["ptx_local_accesses"] == 0 and shape.get("sass_spill_ops", 0) == 0
+    assert shape["tma_stores"] == (0 if "lsu" in args else 8)
 
 
 class _Launch:
@@ -353,6 +355,22 @@ def test_gluon_launcher_passes_every_parameter(monkeypatch, splits, fused, s_pad
     assert call.get("launch_cooperative_grid") == fused
     assert (call["S_PAD"], call["UPI"], call["MERGE_WU"]) == (s_pad, upi, wu)
     assert call["UPI"] * call["S_PAD"] <= 128
+    assert call["TMA_STORE"] == (OURS.CONFIG["STORE"] == "tma")
+    if call["TMA_STORE"]:
+        assert list(call["o_desc"].block_shape) == [64, 64] and list(call["o_desc"].shape) == [b * h, splits * 512]
+
+
+def test_tma_store_only_where_a_box_stays_inside_its_rows():
+    """STORE "tma" writes [64 heads, 64 columns] boxes into o viewed as [B*H, splits*512]: only a contiguous o
+    whose head count is a multiple of 64 qualifies (a TMA box is clipped at the tensor's edge, not at a batch
+    row's last head), and a strided o falls back to plain stores."""
+    o = torch.zeros(2, 128, 512, dtype=torch.bfloat16)
+    assert OURS.tma_store_ok(o, 2, 128, 1, True, 64)
+    assert not OURS.tma_store_ok(torch.zeros(4, 16, 512, dtype=torch.bfloat16), 4, 16, 1, True, 64)
+    assert not OURS.tma_store_ok(torch.zeros(2, 512, 128, dtype=torch.bfloat16).transpose(1, 2), 2, 128, 1, True, 64)
+    part, _ = OURS.partial_buffers(2, 128, 8, o.device, o.dtype)
+    assert OURS.tma_store_ok(part, 2, 128, 8, False, 64)
+    assert not OURS.tma_store_ok(part, 2, 128, 4, False, 64)  # not the buffer of that split count
 
 
 def test_fused_merge_only_where_the_grid_is_resident(monkeypatch):
@@ -392,5 +410,6 @@ def test_trace_tool_still_finds_its_anchors(tmp_path):
     spec_.loader.exec_module(tool)
     traced = tool.traced_kernel(tmp_path)
     source = (tmp_path / "mla_traced.py").read_text()
-    assert source.count("_stamp()") == 6 and "t0, base, SEQLENS" in source
-    assert traced._SYNC_GROUPS >= tool.TRACE_AT + 8 * 132
+    assert source.count("_mark(merge[0], WG, ") == 11 and source.count("_mark(merge[0], HALF, ") == 2
+    assert all(f"WG: gl.constexpr = {wg}" in source for wg in (0, 1))
+    assert traced._SYNC_GROUPS >= tool.TRACE_AT + 2 * len(tool.MARKS) * 132

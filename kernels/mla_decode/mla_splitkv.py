@@ -23,7 +23,7 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
             "LAZY_RESCALE": [False, True], "BLOCK_H": [16, 32, 64], "num_warps": [4, 8],
             "LOAD": ["masked", "peeled", "tma"], "MERGE_BLOCK_D": [0, 32, 64, 128, 256, 512],
             "MERGE_HEADS": [1, 2, 4, 8, 16], "PDL": [False, True], "STAGE1": ["triton", "gluon"],
-            "MERGE": ["kernel", "fused", "auto"]}
+            "MERGE": ["kernel", "fused", "auto"], "STORE": ["lsu", "tma"]}
 # num_splits 0 means: choose from the shape so that stage 1 has about one program per SM.
 # Measured on the H200 (benchmarks/mla_bench.py --tune, 2026-11-29): BLOCK_N=64 x 2 stages is fastest at M3
 # (163 us) and ties at M1 (17.3 us); 32 x 3/4 stages 170/171 us, 16 x 6/8 stages 278 us, and LAZY_RESCALE is 4-7%
@@ -57,11 +57,18 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # fuses from FUSED_MIN_SPLITS splits. In-kernel stamps at M1 (globaltimer, H200): partials all stored by 7.2 us,
 # barrier released at 8.2-8.5 us, merged by 10.6-12.2 us, so the partials' round trip through L2 (8.4 MB written,
 # then read back) is now most of what is left above the 2 us that reading the cache takes.
+# STORE: how stage 1 writes o (its partials, or the output itself with one split). "lsu": every thread stores 16-byte
+# pieces of the staged block; "tma": the TMA unit copies the staged block out, and the warpgroup waits until the
+# writes are done (not just read), which the fused merge's release needs. A plain probe (benchmarks/sm_traffic_probe.py,
+# H200) puts a multiprocessor's store rate near 45 GB/s whichever way: 64 KB take 1.5 us to issue and 1.4 us more
+# to drain, then 2 us to read back. TMA saves ~1%: graph us M1/M2/M3/M4 (mla_variants.py, 2026-11-30, same run)
+# lsu 14.51/15.45/84.69/265.4, tma 14.35/15.31/83.73/266.1. H % 64 != 0 keeps "lsu" (a box would cross rows).
 # Also measured with the Gluon stage 1 (graph us M1/M2/M3/M4, H200, 2026-11-30; the shipped 64 x 2 two-kernel run
 # alongside was 14.74/17.03/83.31/257.6): PDL, stage 1 releasing stage 2 right after issuing its loads,
 # 16.82/20.05/82.26/269.5; 32-row tiles x 4 stages, 14.41/17.80/102.7/380.8. Neither ships.
 CONFIG = {"BLOCK_N": 64, "num_stages": 2, "num_splits": 0, "LAZY_RESCALE": False, "BLOCK_H": 64, "num_warps": 8,
-          "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon", "MERGE": "auto"}
+          "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon", "MERGE": "auto",
+          "STORE": "tma"}
 
 D_LATENT = 512
 D_ROPE = 64
@@ -257,7 +264,8 @@ G_SYNC_ROUND = gl.constexpr(1024)
 
 @gluon.jit
 def _bounds(SEQLENS, split_len, BLOCK_N: gl.constexpr):
-    """(batch row, split, head group, first row, end row, tile count) of this program; each partition asks."""
+    """(batch row, split, head group, first row, end row, tile count, row length) of this program; each partition
+    asks."""
     hg = gl.program_id(0)
     s = gl.program_id(1)
     b = gl.program_id(2)
@@ -265,7 +273,7 @@ def _bounds(SEQLENS, split_len, BLOCK_N: gl.constexpr):
     start = s * split_len
     end = gl.minimum(start + split_len, seqlen)
     n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
-    return b, s, hg, start, end, n_tiles
+    return b, s, hg, start, end, n_tiles, seqlen
 
 
 @gluon.jit
@@ -284,7 +292,7 @@ def _g_load(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.const
     may lie past the length (an empty split) or past the cache (zero-filled); the consumers wait for it
     either way, so no copy is still landing in shared memory when the program exits.
     """
-    q_desc, qr_desc, lat_desc, rope_desc = descs
+    q_desc, qr_desc, lat_desc, rope_desc, o_desc = descs
     q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
     q_bar, ready, empty, p_ready, p_free = bars
     SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
@@ -319,19 +327,34 @@ def _zero_rows(c_stage, valid, HALF: gl.constexpr, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _store_half(acc, inv_l, staging, OUT, b, s, hg, H, o_sb, o_sh, o_ss, HALF: gl.constexpr,
-                BLOCK_H: gl.constexpr):
+def _store_half(acc, inv_l, staging, OUT, o_desc, b, s, hg, H, o_sb, o_sh, o_ss, HALF: gl.constexpr,
+                BLOCK_H: gl.constexpr, TMA_STORE: gl.constexpr):
     """o = acc / l for this warpgroup's 256 columns, regrouped through shared memory so that each warp writes
     whole 512-byte rows: straight from the accumulator a thread holds column pairs, and those 4-byte stores
-    cost 6 us of the 15 at B=1 (H200)."""
+    cost 6 us of the 15 at B=1 (H200). TMA_STORE hands the staged block to the TMA unit instead (o_desc views the
+    output as [B*H, splits*512], in boxes of 64 columns); it waits until the writes are done, not just read, so that the fused merge's
+    release covers them."""
     staging.store((acc * inv_l[:, None]).to(OUT.dtype.element_ty))
-    gl.thread_barrier()
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    out = staging.load(layout)
-    offs_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
-    cols = HALF * G_HALF + gl.arange(0, G_HALF, layout=gl.SliceLayout(0, layout))
-    o_ptr = OUT + b.to(gl.int64) * o_sb + offs_h[:, None] * o_sh + s * o_ss + cols[None, :]
-    gl.store(o_ptr, out, mask=(offs_h < H)[:, None])
+    if TMA_STORE:
+        fence_async_shared()
+        gl.thread_barrier()
+        # One copy per 64 columns (128 bytes, the swizzle's span): a box may be no wider, and unlike the loads the
+        # store is not split by Gluon itself.
+        for k in gl.static_range(G_HALF // 64):
+            tma.async_copy_shared_to_global(o_desc, [b * H + hg * BLOCK_H, s * (2 * G_HALF) + HALF * G_HALF + k * 64],
+                                            staging.slice(k * 64, 64, dim=1))
+        tma.store_wait(0)
+        gl.inline_asm_elementwise("mov.u32 $0, 0; cp.async.bulk.wait_group 0; fence.proxy.async.global;", "=r", [],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+        gl.thread_barrier()
+    else:
+        gl.thread_barrier()
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+        out = staging.load(layout)
+        offs_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+        cols = HALF * G_HALF + gl.arange(0, G_HALF, layout=gl.SliceLayout(0, layout))
+        o_ptr = OUT + b.to(gl.int64) * o_sb + offs_h[:, None] * o_sh + s * o_ss + cols[None, :]
+        gl.store(o_ptr, out, mask=(offs_h < H)[:, None])
 
 
 @gluon.jit
@@ -404,14 +427,15 @@ def _group_barrier(SYNC, base, leader, arrivals):
 
 
 @gluon.jit
-def _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+def _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                 HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr, UPI: gl.constexpr,
                 WU: gl.constexpr):
     """Stage 2 inside stage 1: this warpgroup merges its share of the group's partials for its 256 columns.
 
     The work is 2 * BLOCK_H units of (head, 128 columns); split s takes a contiguous run of them, UPI at a
     time as one [UPI, S_PAD, 128] load of every split's partial (32 KB at 128 splits, all in flight at once).
-    Partials are read past L1 (.cg): they were written by other multiprocessors.
+    Partials are read past L1 (.cg): they were written by other multiprocessors. The row length comes from the
+    partition's start: a load of it here would put a round trip between the barrier and the partials' loads.
     """
     SYNC, O, LSE, f_sb, f_sh, S = merge
     # 8 columns (16 bytes) a thread; warps across units when there are 4 or more (WU = 4), else across columns, so
@@ -419,7 +443,6 @@ def _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh
     layout: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 32 // (4 * WU), 4 * WU], [WU, 1, 4 // WU], [2, 1, 0])
     l_lse: gl.constexpr = gl.SliceLayout(2, layout)
     l_out: gl.constexpr = gl.SliceLayout(1, layout)
-    seqlen = gl.load(SEQLENS + b)
     units = 2 * BLOCK_H
     per = gl.cdiv(units, S)
     u_lo = s * per
@@ -454,19 +477,19 @@ def _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh
 
 
 @gluon.jit
-def _finish_group(base, SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+def _finish_group(base, seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                   HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr, UPI: gl.constexpr,
                   WU: gl.constexpr):
     """Every consumer warpgroup of every split arrives (an empty split too), then each merges its share."""
     _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
-    _merge_half(SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+    _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                 HALF, BLOCK_H, S_PAD, UPI, WU)
 
 
 @gluon.jit
 def _g_score(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
              STAGES: gl.constexpr, SINGLE: gl.constexpr, FUSED: gl.constexpr, S_PAD: gl.constexpr,
-             UPI: gl.constexpr, MERGE_WU: gl.constexpr):
+             UPI: gl.constexpr, MERGE_WU: gl.constexpr, TMA_STORE: gl.constexpr):
     """Warpgroup 0: scores each tile, runs the online softmax, hands p and the rescale factors to warpgroup 1
     through shared memory, and multiplies the first 256 value columns itself (p straight from registers).
 
@@ -476,7 +499,7 @@ def _g_score(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: 
     q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
     q_bar, ready, empty, p_ready, p_free = bars
     SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
-    b, s, hg, start, end, n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)
+    b, s, hg, start, end, n_tiles, seqlen = _bounds(SEQLENS, split_len, BLOCK_N)
     base = _group_base(merge, FUSED)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -515,27 +538,27 @@ def _g_score(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: 
         x_smem.store(inv_l)
         gl.thread_barrier()
         mbarrier.arrive(p_ready, count=1)
-        _store_half(acc, gl.convert_layout(inv_l, row_o), q_smem.slice(0, G_HALF, dim=1), OUT, b, s, hg, H,
-                    o_sb, o_sh, o_ss, 0, BLOCK_H)
+        _store_half(acc, gl.convert_layout(inv_l, row_o), q_smem.slice(0, G_HALF, dim=1), OUT, descs[4], b, s,
+                    hg, H, o_sb, o_sh, o_ss, 0, BLOCK_H, TMA_STORE)
         lse2 = m_i + gl.log2(l_safe)
         if SINGLE:
             lse2 = lse2 * 0.6931471805599453
         offs_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
         gl.store(LSE_OUT + b * l_sb + offs_h * l_sh + s * l_ss, lse2, mask=offs_h < H)
     if FUSED:
-        _finish_group(base, SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+        _finish_group(base, seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                       0, BLOCK_H, S_PAD, UPI, MERGE_WU)
 
 
 @gluon.jit
 def _g_value(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
              STAGES: gl.constexpr, SINGLE: gl.constexpr, FUSED: gl.constexpr, S_PAD: gl.constexpr,
-             UPI: gl.constexpr, MERGE_WU: gl.constexpr):
+             UPI: gl.constexpr, MERGE_WU: gl.constexpr, TMA_STORE: gl.constexpr):
     """Warpgroup 1: the value columns 256-511, with p read from shared memory as the MMA's A operand."""
     q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
     q_bar, ready, empty, p_ready, p_free = bars
     SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
-    b, s, hg, start, end, n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)
+    b, s, hg, start, end, n_tiles, seqlen = _bounds(SEQLENS, split_len, BLOCK_N)
     base = _group_base(merge, FUSED)
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, G_HALF, 16])
@@ -557,10 +580,10 @@ def _g_value(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: 
         mbarrier.arrive(empty.index(stage), count=1)
     if n_tiles > 0:
         mbarrier.wait(p_ready, n_tiles & 1)
-        _store_half(acc, x_smem.load(row_o), q_smem.slice(G_HALF, G_HALF, dim=1), OUT, b, s, hg, H,
-                    o_sb, o_sh, o_ss, 1, BLOCK_H)
+        _store_half(acc, x_smem.load(row_o), q_smem.slice(G_HALF, G_HALF, dim=1), OUT, descs[4], b, s, hg, H,
+                    o_sb, o_sh, o_ss, 1, BLOCK_H, TMA_STORE)
     if FUSED:
-        _finish_group(base, SEQLENS, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
+        _finish_group(base, seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                       1, BLOCK_H, S_PAD, UPI, MERGE_WU)
 
 
@@ -577,12 +600,13 @@ def _g_load_w(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H:
 
 
 @gluon.jit
-def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, SEQLENS, OUT, LSE_OUT,
+def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, o_desc, SEQLENS, OUT, LSE_OUT,
                          split_len, H, N, qk_scale, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
                          SYNC, O, LSE, f_sb, f_sh, num_splits,
                          BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
                          SINGLE: gl.constexpr, CONSUMER_REGS: gl.constexpr, FUSED: gl.constexpr,
-                         S_PAD: gl.constexpr, UPI: gl.constexpr, MERGE_WU: gl.constexpr, PDL: gl.constexpr):
+                         S_PAD: gl.constexpr, UPI: gl.constexpr, MERGE_WU: gl.constexpr, PDL: gl.constexpr,
+                         TMA_STORE: gl.constexpr):
     """Stage 1 on Hopper: per (head group, split, batch row) a loader warp, a scoring warpgroup and a value
     warpgroup, so each score product runs once on the tensor cores.
 
@@ -608,7 +632,7 @@ def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, SEQLENS, OUT, LSE
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
-    descs = (q_desc, qr_desc, lat_desc, rope_desc)
+    descs = (q_desc, qr_desc, lat_desc, rope_desc, o_desc)
     smem = (q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem)
     bars = (q_bar, ready, empty, p_ready, p_free)
     scalars = (SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss)
@@ -616,9 +640,9 @@ def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, SEQLENS, OUT, LSE
     # Constexprs stay constexprs only when written into each partition's argument tuple.
     gl.warp_specialize([
         (_g_score, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
-                    MERGE_WU)),
+                    MERGE_WU, TMA_STORE)),
         (_g_value, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
-                    MERGE_WU)),
+                    MERGE_WU, TMA_STORE)),
         (_g_load_w, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
                      MERGE_WU, PDL)),
     ], [4, 1], [CONSUMER_REGS, 24])
@@ -778,6 +802,15 @@ def fused_ok(batch: int, heads: int, splits: int, device: torch.device, config: 
     return wanted and 1 < splits <= 128 and groups <= _SYNC_GROUPS and groups * splits <= _sm_count(device)
 
 
+def tma_store_ok(out: torch.Tensor, batch: int, heads: int, splits: int, single: bool, block_h: int) -> bool:
+    """Whether stage 1 may write its blocks by TMA: the output must be the contiguous [B*H, splits*512] rows the
+    descriptor describes, and a head group must not end past its batch row's heads (a TMA box is clipped at the
+    tensor's edge only, so it would spill into the next row's heads)."""
+    rows = out.view(-1, D_LATENT) if out.is_contiguous() else None
+    return (rows is not None and heads % block_h == 0 and out.data_ptr() % 16 == 0
+            and rows.shape[0] == batch * heads * (1 if single else splits))
+
+
 def merge_tile(splits: int) -> tuple[int, int, int]:
     """The fused merge's step as (S_PAD, UPI, WU): [UPI units, S_PAD splits, 128 columns], with WU warps across
     units. At most 16 units a step: 32 spilled at 4 splits (sm_90 compile, benchmarks/mla_compile_check.py)."""
@@ -806,6 +839,8 @@ def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, spl
     else:
         o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
         l_strides = (heads * splits, splits, 1)
+    tma_store = cfg["STORE"] == "tma" and tma_store_ok(out, batch, heads, splits, single, block_h)
+    o_desc = desc(out.view(batch * heads, splits * D_LATENT), block_h, 64) if tma_store else None
     grid = (triton.cdiv(heads, block_h), splits, batch)
     if fused is None:
         sync, o, lse, (s_pad, upi, wu) = lse_out, out, lse_out, (1, 1, 1)
@@ -814,12 +849,12 @@ def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, spl
         s_pad, upi, wu = merge_tile(splits)
     _mla_split_attend_ws[grid](
         desc(flat_q, block_h, D_LATENT), desc(flat_q, block_h, D_ROPE), desc(flat_kv, block_n, D_LATENT),
-        desc(flat_kv, block_n, D_ROPE), cache_seqlens, out, lse_out,
+        desc(flat_kv, block_n, D_ROPE), o_desc or desc(flat_q, block_h, D_LATENT), cache_seqlens, out, lse_out,
         split_len, heads, n, float(sm_scale) * LOG2E, *o_strides, *l_strides,
         sync, o, lse, o.stride(0), o.stride(1), splits,
         BLOCK_N=block_n, BLOCK_H=block_h, STAGES=cfg["num_stages"], SINGLE=single,
         CONSUMER_REGS=GLUON_CONSUMER_REGS, FUSED=fused is not None, S_PAD=s_pad, UPI=upi,
-        MERGE_WU=wu, PDL=pdl and fused is None, num_warps=4, maxnreg=GLUON_MAXNREG,
+        MERGE_WU=wu, PDL=pdl and fused is None, TMA_STORE=tma_store, num_warps=4, maxnreg=GLUON_MAXNREG,
         launch_cooperative_grid=fused is not None,
     )
 
