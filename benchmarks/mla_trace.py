@@ -45,16 +45,17 @@ def _mark(SYNC, HALF: gl.constexpr, k: gl.constexpr):
 
 
 '''
-# (anchor line, occurrences, mark): the mark goes on the line after the anchor, at the anchor's indent.
+# (anchor line, occurrences, mark, indent): the mark goes on the line after the anchor.
 PATCHES = [
-    ("    b, s, hg, start, end, n_tiles, seqlen = _bounds(SEQLENS, split_len, BLOCK_N)\n", 2, 0),
-    ("    mbarrier.wait(ready.index(0), 0)\n", 2, 1),
-    ("        sc = warpgroup_mma_wait(0, deps=[sc]) * qk_scale\n", 1, 2),
-    ("        mbarrier.wait(p_ready, j & 1)\n", 1, 2),
-    ("        _hand_off(pb, alpha, p_smem, x_smem, p_ready, p_free, j)\n", 1, 3),
-    ("        acc = warpgroup_mma_wait(0, deps=[acc])\n", 2, 4),
-    ("                    hg, H, o_sb, o_sh, o_ss, 0, BLOCK_H, TMA_STORE)\n", 1, 5),
-    ("                    o_sb, o_sh, o_ss, 1, BLOCK_H, TMA_STORE)\n", 1, 5),
+    ("    b, s, hg, start, end, n_tiles, seqlen = _bounds(SEQLENS, split_len, BLOCK_N)\n", 2, 0, 4),
+    ("    mbarrier.wait(ready.index(0), 0)\n", 2, 1, 4),
+    ("        sc = warpgroup_mma_wait(0, deps=[sc]) * qk_scale\n", 1, 2, 8),
+    ("        mbarrier.wait(p_ready, j & 1)\n", 1, 2, 8),
+    ("        _hand_off(pb, alpha, p_smem, x_smem, p_ready, p_free, j)\n", 1, 3, 8),
+    ("        acc = warpgroup_mma_wait(0, deps=[acc])\n", 2, 4, 8),
+    # the last lines of the two _store_half calls, inside `if n_tiles > 0:`
+    ("                    hg, H, o_sb, o_sh, o_ss, 0, BLOCK_H, TMA_STORE)\n", 1, 5, 8),
+    ("                    o_sb, o_sh, o_ss, 1, BLOCK_H, TMA_STORE)\n", 1, 5, 8),
 ]
 BARRIER_CALL = '''    _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
     _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
@@ -66,10 +67,10 @@ STAMPED_CALL = '''    _group_barrier(_group_word(merge[0]), base, (s == 0) & (HA
     gl.thread_barrier()
     _mark(merge[0], HALF, 7)'''
 SHAPES = [("M1", {"B": 1, "H": 64, "N": 8192}, {"MERGE": "fused"}),
-          ("M1/TMA store", {"B": 1, "H": 64, "N": 8192}, {"MERGE": "fused", "STORE": "tma"}),
+          ("M1/thread stores", {"B": 1, "H": 64, "N": 8192}, {"MERGE": "fused", "STORE": "lsu"}),
           ("M1/64 splits", {"B": 1, "H": 64, "N": 8192}, {"MERGE": "fused", "num_splits": 64}),
           ("M2", {"B": 1, "H": 128, "N": 8192}, {"MERGE": "fused"}),
-          ("M2/TMA store", {"B": 1, "H": 128, "N": 8192}, {"MERGE": "fused", "STORE": "tma"})]
+          ("M2/thread stores", {"B": 1, "H": 128, "N": 8192}, {"MERGE": "fused", "STORE": "lsu"})]
 
 
 def _patch(src: str, old: str, new: str, count: int = 1) -> str:
@@ -90,9 +91,8 @@ def traced_source() -> str:
     constexpr local (WG) for the marks to use."""
     src = KERNEL.read_text()
     src = _patch(src, "@gluon.jit\ndef _group_barrier", MARK + "@gluon.jit\ndef _group_barrier")
-    for anchor, count, k in PATCHES:
-        indent = "        " if "BLOCK_H, TMA_STORE)" in anchor else anchor[: len(anchor) - len(anchor.lstrip())]
-        src = _patch(src, anchor, anchor + f"{indent}_mark(merge[0], WG, {k})\n", count)
+    for anchor, count, k, indent in PATCHES:
+        src = _patch(src, anchor, anchor + " " * indent + f"_mark(merge[0], WG, {k})\n", count)
     src = _patch(src, BARRIER_CALL, STAMPED_CALL)
     for wg, doc in enumerate(('    """Warpgroup 0: scores', '    """Warpgroup 1: the value')):
         start = src.index(doc)

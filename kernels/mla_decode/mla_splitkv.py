@@ -61,8 +61,9 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # pieces of the staged block; "tma": the TMA unit copies the staged block out, and the warpgroup waits until the
 # writes are done (not just read), which the fused merge's release needs. A plain probe (benchmarks/sm_traffic_probe.py,
 # H200) puts a multiprocessor's store rate near 45 GB/s whichever way: 64 KB take 1.5 us to issue and 1.4 us more
-# to drain, then 2 us to read back. TMA saves ~1%: graph us M1/M2/M3/M4 (mla_variants.py, 2026-11-30, same run)
-# lsu 14.51/15.45/84.69/265.4, tma 14.35/15.31/83.73/266.1. H % 64 != 0 keeps "lsu" (a box would cross rows).
+# to drain, then 2 us to read back. TMA saves ~1% at B=1 and ties at M3/M4: graph us M1/M2/M3/M4 (mla_variants.py,
+# 2026-11-30, two runs) lsu 14.51/15.45/84.69/265.4 and 14.46/15.37/85.84/270.5, tma 14.35/15.31/83.73/266.1 and
+# 14.25/15.29/86.18/268.4. H % 64 != 0 keeps "lsu" (a box would cross into the next batch row's heads).
 # Also measured with the Gluon stage 1 (graph us M1/M2/M3/M4, H200, 2026-11-30; the shipped 64 x 2 two-kernel run
 # alongside was 14.74/17.03/83.31/257.6): PDL, stage 1 releasing stage 2 right after issuing its loads,
 # 16.82/20.05/82.26/269.5; 32-row tiles x 4 stages, 14.41/17.80/102.7/380.8. Neither ships.
@@ -332,8 +333,8 @@ def _store_half(acc, inv_l, staging, OUT, o_desc, b, s, hg, H, o_sb, o_sh, o_ss,
     """o = acc / l for this warpgroup's 256 columns, regrouped through shared memory so that each warp writes
     whole 512-byte rows: straight from the accumulator a thread holds column pairs, and those 4-byte stores
     cost 6 us of the 15 at B=1 (H200). TMA_STORE hands the staged block to the TMA unit instead (o_desc views the
-    output as [B*H, splits*512], in boxes of 64 columns); it waits until the writes are done, not just read, so that the fused merge's
-    release covers them."""
+    output as [B*H, splits*512], in boxes of 64 columns); it waits until the writes are done, not just read, so
+    that the fused merge's release covers them."""
     staging.store((acc * inv_l[:, None]).to(OUT.dtype.element_ty))
     if TMA_STORE:
         fence_async_shared()
@@ -769,7 +770,9 @@ def _smem_layout(rows: int, cols: int):
 # The fused merge's barrier word per (batch row, head group). Zero is a valid start and the kernel leaves every word
 # a multiple of G_SYNC_ROUND, so they are made once per device (outside any graph capture) and reused. Each call
 # takes the next of _SYNC_SLOTS sets in turn, so calls in flight at once on different streams (or graphs captured at
-# different calls) use different words.
+# different calls) use different words. A captured graph keeps its set, and CUDA never runs one graph exec concurrently
+# with itself (its launches are ordered), so the one way to share words is two graphs captured a multiple of
+# _SYNC_SLOTS calls apart and replayed at the same time on two streams.
 _SYNC_SLOTS = 64
 # MERGE "auto" fuses from this many splits. H200, same run (graph us, mla_variants.py, 2026-11-30): fused vs
 # two kernels M1 (128 splits) 14.38 vs 14.74, M2 (64) 15.31 vs 17.03, M3 (4) 84.57 vs 83.31. With few splits the
