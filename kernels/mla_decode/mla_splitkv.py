@@ -809,9 +809,9 @@ def tma_store_ok(out: torch.Tensor, batch: int, heads: int, splits: int, single:
     """Whether stage 1 may write its blocks by TMA: the output must be the contiguous [B*H, splits*512] rows the
     descriptor describes, and a head group must not end past its batch row's heads (a TMA box is clipped at the
     tensor's edge only, so it would spill into the next row's heads)."""
-    rows = out.view(-1, D_LATENT) if out.is_contiguous() else None
-    return (rows is not None and heads % block_h == 0 and out.data_ptr() % 16 == 0
-            and rows.shape[0] == batch * heads * (1 if single else splits))
+    rows = batch * heads * (1 if single else splits)
+    return (out.is_contiguous() and out.numel() == rows * D_LATENT and heads % block_h == 0
+            and out.data_ptr() % 16 == 0)
 
 
 def merge_tile(splits: int) -> tuple[int, int, int]:
@@ -843,7 +843,9 @@ def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, spl
         o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
         l_strides = (heads * splits, splits, 1)
     tma_store = cfg["STORE"] == "tma" and tma_store_ok(out, batch, heads, splits, single, block_h)
-    o_desc = desc(out.view(batch * heads, splits * D_LATENT), block_h, 64) if tma_store else None
+    q_desc = desc(flat_q, block_h, D_LATENT)
+    # Without TMA stores the o descriptor is unused; q's stands in for it (a descriptor-typed argument either way).
+    o_desc = desc(out.view(batch * heads, splits * D_LATENT), block_h, 64) if tma_store else q_desc
     grid = (triton.cdiv(heads, block_h), splits, batch)
     if fused is None:
         sync, o, lse, (s_pad, upi, wu) = lse_out, out, lse_out, (1, 1, 1)
@@ -851,8 +853,8 @@ def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, spl
         sync, o, lse = fused
         s_pad, upi, wu = merge_tile(splits)
     _mla_split_attend_ws[grid](
-        desc(flat_q, block_h, D_LATENT), desc(flat_q, block_h, D_ROPE), desc(flat_kv, block_n, D_LATENT),
-        desc(flat_kv, block_n, D_ROPE), o_desc or desc(flat_q, block_h, D_LATENT), cache_seqlens, out, lse_out,
+        q_desc, desc(flat_q, block_h, D_ROPE), desc(flat_kv, block_n, D_LATENT),
+        desc(flat_kv, block_n, D_ROPE), o_desc, cache_seqlens, out, lse_out,
         split_len, heads, n, float(sm_scale) * LOG2E, *o_strides, *l_strides,
         sync, o, lse, o.stride(0), o.stride(1), splits,
         BLOCK_N=block_n, BLOCK_H=block_h, STAGES=cfg["num_stages"], SINGLE=single,
