@@ -623,14 +623,59 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return EXIT_OK if result["verdict"] == "ok" else EXIT_FAIL
 
 
-def _use_tasks_dirs(dirs: list[str]) -> None:
-    """Put --tasks-dir folders on the task search path (commands that create tasks make the folder themselves)."""
+def _use_tasks_dirs(dirs: list[str], create: bool) -> None:
+    """Put --tasks-dir folders on the task search path; commands that create tasks make the folder."""
     from workbench.tasks import add_tasks_dirs
 
+    if create:
+        for d in dirs:
+            try:
+                Path(d).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CliError(f"--tasks-dir {d}: cannot create it: {exc.strerror}") from None
     missing = [d for d in dirs if not Path(d).is_dir()]
     if missing:
         raise CliError(f"--tasks-dir {missing[0]}: no such folder")
     add_tasks_dirs(dirs)
+
+
+# -- task folders: `task new|check|import`, `export flashinfer-bench` (bodies in workbench.tasks.commands) --------
+def _task_command(name: str):
+    """A CLI command that runs workbench.tasks.commands.<name>, turning its TaskError into one line and exit 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        from workbench.tasks import TaskError, commands
+
+        try:
+            return getattr(commands, name)(args)
+        except TaskError as exc:
+            raise CliError(str(exc), EXIT_FAIL) from exc
+
+    return run
+
+
+def _task_parsers(sub, tasks_flag) -> None:  # noqa: ANN001 - argparse's private subparsers type
+    task = sub.add_parser("task", help="make, import and check task folders (your own kernels)")
+    tsub = task.add_subparsers(dest="task_command", required=True)
+
+    p = tsub.add_parser("new", help="a task folder from a PyTorch function and a function making its inputs")
+    p.add_argument("name")
+    p.add_argument("--from", dest="source", required=True, metavar="FILE:FUNCTION", help="the reference function")
+    p.add_argument("--inputs", required=True, metavar="FILE:FUNCTION",
+                   help="a function taking the sizes as keyword arguments (defaults: the first shape) and returning "
+                        "the reference's arguments")
+    p.add_argument("--shape", action="append", metavar="K=V,...",
+                   help="a benchmark shape: sizes for the inputs function (repeatable; default: its defaults)")
+    p.add_argument("--no-compile-check", action="store_true", help="skip trying torch.compile of the baseline")
+    tasks_flag(p, create=True)
+    p.set_defaults(func=_task_command("task_new"))
+
+    p = tsub.add_parser("check", help="run a task's reference and baseline on its shapes; list what is wrong")
+    p.add_argument("name")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible")
+    p.add_argument("--compile", action="store_true", help="also run (and on a GPU time) the torch.compile baseline")
+    tasks_flag(p)
+    p.set_defaults(func=_task_command("task_check"))
 
 
 # -- parser --------------------------------------------------------------------------------------
@@ -641,9 +686,12 @@ def _parser() -> argparse.ArgumentParser:
     def sessions_flag(p: argparse.ArgumentParser) -> None:
         p.add_argument("--sessions-dir", help="sessions folder (default: $WORKBENCH_SESSIONS or ./sessions)")
 
-    def tasks_flag(p: argparse.ArgumentParser) -> None:
+    def tasks_flag(p: argparse.ArgumentParser, create: bool = False) -> None:
         p.add_argument("--tasks-dir", action="append", metavar="DIR",
-                       help="also look for tasks in DIR, after the shipped ones (repeatable; see $WORKBENCH_TASKS)")
+                       help="write the new task folder here (default: $WORKBENCH_TASKS, else ./tasks)" if create else
+                       "also look for tasks in DIR, after the shipped ones (repeatable; see $WORKBENCH_TASKS)")
+        if create:
+            p.set_defaults(creates_tasks=True)
 
     def budget_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--max-iterations", type=int, help="stop after this many attempts evaluated")
@@ -748,7 +796,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     tasks_flag(p)
     p.set_defaults(func=cmd_profile)
-    parser.set_defaults(tasks_dir=None)
+    _task_parsers(sub, tasks_flag)
+    parser.set_defaults(tasks_dir=None, creates_tasks=False)
     return parser
 
 
@@ -757,7 +806,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.tasks_dir:
-            _use_tasks_dirs(args.tasks_dir)
+            _use_tasks_dirs(args.tasks_dir, create=args.creates_tasks)
         return args.func(args)
     except CliError as exc:
         print(f"workbench: {exc}", file=sys.stderr)

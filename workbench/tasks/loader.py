@@ -254,8 +254,13 @@ def _parse(path: Path, folder_name: str) -> Task:
     )
 
 
+def valid_task_name(name: str) -> bool:
+    """Whether `name` may name a task folder (letters, digits, '_', '-', '.'; not starting with '-' or '.')."""
+    return isinstance(name, str) and bool(_NAME_RE.match(name))
+
+
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not valid_task_name(name):
         raise TaskError(f"unknown task {name!r}: not a valid task name")
 
 
