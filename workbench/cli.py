@@ -677,6 +677,15 @@ def _task_parsers(sub, tasks_flag) -> None:  # noqa: ANN001 - argparse's private
     tasks_flag(p)
     p.set_defaults(func=_task_command("task_check"))
 
+    imp = tsub.add_parser("import", help="task folders from other benchmarks' problem formats")
+    isub = imp.add_subparsers(dest="import_format", required=True)
+    p = isub.add_parser("kernelbench", help="KernelBench problem files (class Model, get_inputs, get_init_inputs)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--prefix", default="kb_", help="task name prefix (default kb_)")
+    p.add_argument("--check", action="store_true", help="also run `task check` on the CPU for each imported task")
+    tasks_flag(p, create=True)
+    p.set_defaults(func=_task_command("task_import_kernelbench"))
+
 
 # -- parser --------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:

@@ -79,3 +79,53 @@ def task_check(args: argparse.Namespace) -> int:
     print(f"task {task.name} ({task.dir})")
     print("\n".join(report.lines()))
     return EXIT_OK if not report.problems else EXIT_FAIL
+
+
+def task_import_kernelbench(args: argparse.Namespace) -> int:
+    """workbench task import kernelbench FILE... [--tasks-dir DIR] [--prefix P] [--check]: one task per problem file;
+    a line for each file that cannot be converted, then a summary table."""
+    import time
+
+    from workbench.tasks.kernelbench import spec_from_file, task_name
+    from workbench.tasks.scaffold import build
+
+    dest = _dest(args)
+    rows: list[tuple[str, str, str, float]] = []
+    started = time.monotonic()
+    for file in args.files:
+        path = Path(file)
+        name = task_name(path, args.prefix)
+        t0 = time.monotonic()
+        try:
+            _free_name(name)
+            built = build(spec_from_file(path, name, f"task import kernelbench {path.name}"), dest)
+            status, detail = "ok", ", ".join(f"{k} {v:.2g}" for k, v in built.tolerance.items())
+            if args.check:
+                status, detail = _check_row(name, detail)
+        except TaskError as exc:
+            status, detail = "failed", str(exc)
+            print(f"{path}: cannot convert: {exc}", file=sys.stderr)
+        rows.append((path.name, name, status, time.monotonic() - t0) + (detail,))
+    _print_table(rows, time.monotonic() - started, dest)
+    return EXIT_OK if all(r[2] == "ok" for r in rows) else EXIT_FAIL
+
+
+def _check_row(name: str, detail: str) -> tuple[str, str]:
+    """Run `task check` on the CPU for a just-imported task: ("ok", tolerance) or ("check failed", first problem)."""
+    from workbench.tasks.check import check_task
+    from workbench.tasks.loader import load_task
+
+    report = check_task(load_task(name), "cpu")
+    if report.problems:
+        print(f"{name}: task check: {report.problems[0]}", file=sys.stderr)
+        return "check failed", report.problems[0]
+    return "ok", detail
+
+
+def _print_table(rows: list[tuple], elapsed: float, dest: Path) -> None:
+    width = max([len(r[0]) for r in rows] + [4])
+    print(f"{'file':<{width}}  {'task':<{width + 3}}  {'status':<12} {'s':>6}  tolerance / reason")
+    for file, name, status, seconds, detail in rows:
+        print(f"{file:<{width}}  {name:<{width + 3}}  {status:<12} {seconds:>6.1f}  {detail[:100]}")
+    ok = sum(1 for r in rows if r[2] == "ok")
+    print(f"{ok}/{len(rows)} converted ({100 * ok / max(1, len(rows)):.0f}%) into {dest} in {elapsed:.0f} s")
