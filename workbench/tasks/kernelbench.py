@@ -79,10 +79,13 @@ def _ident(name: str, taken: set[str]) -> str:
 
 
 def _int_literal(expr: ast.AST) -> int | tuple[int, ...] | None:
-    """An int or a tuple of ints written as literals (`16`, `(3, 5)`), else None (derived values stay derived)."""
+    """An int or a tuple of ints written with literals only (`16`, `2048 * 2`, `(3, 5)`), else None: values computed
+    from other names stay derived and are recomputed per shape."""
+    if any(isinstance(n, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(expr)):
+        return None
     try:
-        value = ast.literal_eval(expr)
-    except (ValueError, SyntaxError, TypeError):
+        value = eval(compile(ast.Expression(expr), "<constant>", "eval"), {"__builtins__": {}})  # literals only
+    except Exception:  # noqa: BLE001 - 1 / 0 and friends: not a size
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
