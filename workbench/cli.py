@@ -685,6 +685,21 @@ def _task_parsers(sub, tasks_flag) -> None:  # noqa: ANN001 - argparse's private
     p.add_argument("--check", action="store_true", help="also run `task check` on the CPU for each imported task")
     tasks_flag(p, create=True)
     p.set_defaults(func=_task_command("task_import_kernelbench"))
+    p = isub.add_parser("flashinfer-bench", help="a FlashInfer-Bench Definition (axes, inputs, outputs, reference run)")
+    p.add_argument("definition", metavar="DEFINITION.json")
+    p.add_argument("--workloads", metavar="FILE.jsonl", help="its Workloads: the values of its var axes")
+    p.add_argument("--name", help="the task's name (default: the definition's)")
+    tasks_flag(p, create=True)
+    p.set_defaults(func=_task_command("task_import_flashinfer"))
+
+    export = sub.add_parser("export", help="write a session's best attempt in another benchmark's format")
+    esub = export.add_subparsers(dest="export_format", required=True)
+    p = esub.add_parser("flashinfer-bench", help="a Solution and Traces (TraceSet layout) from a session's best")
+    p.add_argument("id", metavar="SESSION")
+    p.add_argument("--out", metavar="DIR", help="default: ./flashinfer-bench-<session id>")
+    p.add_argument("--sessions-dir", help="sessions folder (default: $WORKBENCH_SESSIONS or ./sessions)")
+    tasks_flag(p)
+    p.set_defaults(func=_task_command("export_flashinfer"))
 
 
 # -- parser --------------------------------------------------------------------------------------

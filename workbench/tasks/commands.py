@@ -6,6 +6,7 @@ Each returns an exit status and raises TaskError for a problem the person can fi
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -129,3 +130,89 @@ def _print_table(rows: list[tuple], elapsed: float, dest: Path) -> None:
         print(f"{file:<{width}}  {name:<{width + 3}}  {status:<12} {seconds:>6.1f}  {detail[:100]}")
     ok = sum(1 for r in rows if r[2] == "ok")
     print(f"{ok}/{len(rows)} converted ({100 * ok / max(1, len(rows)):.0f}%) into {dest} in {elapsed:.0f} s")
+
+
+def task_import_flashinfer(args: argparse.Namespace) -> int:
+    """workbench task import flashinfer-bench DEFINITION.json [--workloads FILE.jsonl] [--name NAME] [--tasks-dir]."""
+    import json
+
+    from workbench.tasks import flashinfer
+    from workbench.tasks.scaffold import build
+
+    path = Path(args.definition)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TaskError(f"{path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise TaskError(f"{path}: not JSON ({exc})") from None
+    flashinfer.check_definition(data)
+    workloads = flashinfer.read_workloads(Path(args.workloads), data["name"]) if args.workloads else []
+    name = args.name or flashinfer.task_name(data["name"])
+    _free_name(name)
+    spec = flashinfer.spec_from_definition(data, workloads, name, f"task import flashinfer-bench {path.name}",
+                                           args.workloads or "")
+    built = build(spec, _dest(args))
+    _print_built(built)
+    _hint(built.folder)
+    return EXIT_OK
+
+
+def export_flashinfer(args: argparse.Namespace) -> int:
+    """workbench export flashinfer-bench SESSION [--out DIR]: the best attempt as a Solution, its evaluation as Traces,
+    in FlashInfer-Bench's TraceSet layout (definitions/, solutions/, traces/)."""
+    import json
+    import os
+
+    from workbench.session import SessionError, SessionStore
+    from workbench.session.replay import load_state
+    from workbench.tasks import flashinfer
+    from workbench.tasks.loader import load_task, load_task_dir
+
+    root = Path(args.sessions_dir or os.environ.get("WORKBENCH_SESSIONS") or "sessions")
+    try:
+        files = SessionStore(root).open(args.id, writer=False)
+    except SessionError as exc:
+        raise TaskError(str(exc)) from None
+    try:
+        state = load_state(files)
+        best = state.best_attempt
+        if best is None:
+            raise TaskError(f"session {state.id}: no attempt evaluated ok yet, so there is no solution to export")
+        task = load_task_dir(state.goal["task_dir"]) if state.goal.get("task_dir") else load_task(state.task)
+        definition_path = task.dir / flashinfer.DEFINITION_FILE
+        if not definition_path.is_file():
+            raise TaskError(f"task {task.name}: no {flashinfer.DEFINITION_FILE} in {task.dir}: export needs the "
+                            f"task's FlashInfer-Bench Definition (tasks imported from one have it, as do kda and "
+                            f"mla_decode)")
+        definition = flashinfer.check_definition(json.loads(definition_path.read_text(encoding="utf-8")))
+        result_path = files.attempt_dir(best.n) / "result.json"
+        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else {
+            "verdict": best.verdict, "message": best.message, "shapes": best.shapes, "device": state.device,
+            "timing_comparable": best.timing_comparable}
+    finally:
+        files.close()
+    solution_name = f"{definition['name']}_workbench_{state.id}_a{best.n}"
+    author = f"workbench {state.agent}" + (f" ({state.model})" if state.model else "")
+    solution = flashinfer.solution_record(definition, solution_name, author, best.source, best.note, state.device)
+    shapes = {s.name: s.params for group in task.shapes.values() for s in group}
+    traces = flashinfer.trace_records(definition, solution_name, result, shapes, flashinfer.now())
+    flashinfer.check_solution(solution)
+    for trace in traces:
+        flashinfer.check_trace(trace)
+    out = Path(args.out or f"flashinfer-bench-{state.id}")
+    op = re.sub(r"\W+", "_", definition["op_type"])
+    paths = {
+        out / "definitions" / op / f"{definition['name']}.json": json.dumps(definition, indent=2) + "\n",
+        out / "solutions" / op / definition["name"] / f"{solution_name}.json": json.dumps(solution, indent=2) + "\n",
+        out / "traces" / op / f"{definition['name']}.jsonl": "".join(json.dumps(t) + "\n" for t in traces),
+    }
+    for path, text in paths.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    print(f"wrote {out}: solution {solution_name} (attempt {best.n}, {best.speedup:.3g}x) and {len(traces)} trace(s)")
+    for path in paths:
+        print(f"  {path}")
+    return EXIT_OK

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from workbench.tasks import probe, templates
 from workbench.tasks.model import TaskError
 
-CPU_MAX_ELEMENTS = 16384
+CPU_MAX_ELEMENTS = 65536
 """Largest tensor (input or output) a CPU shape may hold: the Triton interpreter runs every program in numpy."""
 CPU_MAX_FLOPS = 2e7
 """Most FLOPs (by torch's counter) a CPU shape may cost."""
@@ -65,6 +65,8 @@ class Spec:
     """Params that scaling and perturbation may change (default: every int param above SMALL_PARAM)."""
     extra_files: dict[str, str] = field(default_factory=dict)
     """Other files the problem needs beside problem.py (name -> text), copied unchanged."""
+    output_axes: list[list[str] | None] | None = None
+    """Per output, the shape params its dimensions must equal (a Definition's named axes), checked on every shape."""
     check_compile: bool = False
     """Also try torch.compile of the baseline on a CPU shape (about 20 s on a small CPU for the C++ build)."""
 
@@ -403,6 +405,9 @@ def _build_in(spec: Spec, folder: Path) -> Built:
         for i, params in enumerate(rows):
             all_rows.append(params)
             all_stats.append(cuda_stats[i] if group == "cuda" else p.meta(params, f"shapes.{group}"))
+    if spec.output_axes is not None:
+        for params, stats in zip(all_rows, all_stats):
+            _check_output_axes(spec.output_axes, params, stats)
     flops_f, bytes_f, per_shape = _roofline(all_stats, all_rows, names)
     if per_shape:
         for params, stats in zip(all_rows, all_stats):
@@ -436,6 +441,16 @@ def _build_in(spec: Spec, folder: Path) -> Built:
                      f"`workbench task check {spec.name}` on a GPU measures them")
     notes.append(f"torch.compile baseline: {compile_note}")
     return Built(folder=folder, shapes=shown, tolerance=tols, calibration=table, notes=notes)
+
+
+def _check_output_axes(axes: list[list[str] | None], params: dict[str, Any], stats: probe.MetaStats) -> None:
+    if len(axes) != len(stats.outputs):
+        raise probe.ProbeError(f"outputs: the definition lists {len(axes)}, the reference returns {len(stats.outputs)}")
+    for j, (names, (shape, _)) in enumerate(zip(axes, stats.outputs)):
+        want = tuple(params[a] for a in names) if names is not None else ()
+        if tuple(shape) != want:
+            raise probe.ProbeError(f"outputs[{j}].shape: the reference returns {list(shape)} where the definition's "
+                                   f"axes {names} give {list(want)} (at {params}); does it hard-code a size?")
 
 
 def _output_names(n: int) -> list[str]:
