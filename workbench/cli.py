@@ -75,7 +75,16 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
         task.seed.read_text(encoding="utf-8")
     if agent == "tuner":
         from workbench.agent.backends.tuner import TunerBackend
+        from workbench.agent.tunables import TunablesError, read_declared
 
+        if state is None or not state.attempts:
+            try:
+                read_declared(seed)
+            except TunablesError as exc:
+                where = "the --start kernel" if start else f"{task.seed}"
+                raise CliError(f"the tuner searches the TUNABLES/CONFIG a kernel declares, and {where} declares none "
+                               f"({exc}): write a seed with TUNABLES and CONFIG (or pass --start FILE), or run "
+                               f"--agent claude") from None
         return TunerBackend(seed)
     if agent == "claude":
         import importlib.util

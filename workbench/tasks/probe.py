@@ -154,7 +154,9 @@ def meta_run(make_inputs: Callable[..., dict], forward: Callable[..., Any], para
     except ProbeError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise ProbeError(f"forward failed on the meta device for {what}: {describe(exc)}") from None
+        raise _diagnose(make_inputs, forward, params, inputs, what, exc) from None
+    if value is None or any(not isinstance(o, torch.Tensor) for o in as_outputs(value)):
+        raise _diagnose(make_inputs, forward, params, inputs, what, None)
     outs = check_outputs(value, f"forward ({what})")
     tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
     in_bytes = tensor_bytes(tensors)
@@ -168,6 +170,33 @@ def meta_run(make_inputs: Callable[..., dict], forward: Callable[..., Any], para
         numels=[t.numel() for t in tensors] + [o.numel() for o in outs],
         elem_sizes=[t.element_size() for t in tensors] + [o.element_size() for o in outs],
     )
+
+
+REAL_DIAGNOSE_BYTES = 1 << 29
+"""Inputs up to this size are also run for real when the meta run fails, to say exactly what went wrong."""
+
+
+def _diagnose(make_inputs: Callable[..., dict], forward: Callable[..., Any], params: dict[str, Any],
+              meta_inputs: dict[str, Any], what: str, meta_exc: BaseException | None) -> ProbeError:
+    """The error to report when the reference fails on meta tensors: its real failure where the shape is small
+    enough to run, else the meta one."""
+    if tensor_bytes(meta_inputs.values()) <= REAL_DIAGNOSE_BYTES:
+        try:
+            inputs = make_inputs(dict(params), 0, "cpu")
+            with deadline(120, f"the reference on {what}"), torch.no_grad():
+                value = forward(**inputs)
+        except ProbeError as exc:
+            return exc
+        except Exception as exc:  # noqa: BLE001
+            return ProbeError(f"the reference raised {describe(exc)} on {what}")
+        try:
+            check_outputs(value, f"the reference ({what})")
+        except ProbeError as exc:
+            return exc
+    if meta_exc is None:
+        return ProbeError(f"the reference returns no tensor on meta inputs ({what})")
+    return ProbeError(f"the reference cannot run on the meta device, where shapes are sized ({what}): "
+                      f"{describe(meta_exc)} (data-dependent ops such as .item() or nonzero() are not supported)")
 
 
 def compute_ops(ops: dict[str, int]) -> list[str]:
