@@ -24,6 +24,16 @@ _HELPERS = '''
 _SKELETONS = {}
 
 
+class _Here(torch.overrides.TorchFunctionMode):
+    """Problem files often create inputs with device="cuda": build them where make_inputs was asked to instead."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if "device" in kwargs:
+            kwargs["device"] = torch.get_default_device()
+        return func(*args, **kwargs)
+
+
 def _configure(shape):
     """Re-run the problem's module-level assignments with the shape's sizes, so derived constants follow them."""
     namespace = vars(PROBLEM)
@@ -46,11 +56,12 @@ def _skeleton(init, device):
 '''
 
 _BUILD = '''_configure(shape)
-init = list(PROBLEM.get_init_inputs())
-model = PROBLEM.Model(*init)
+with _Here():
+    init = list(PROBLEM.get_init_inputs())
+    model = PROBLEM.Model(*init)
+    runtime = list(PROBLEM.get_inputs())
 state = dict(model.named_parameters())
 state.update(model.named_buffers())
-runtime = list(PROBLEM.get_inputs())
 return runtime + [state[key].detach() for key in WEIGHTS.values()] + [init[i] for i in INIT.values()]'''
 
 _CALL = '''tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
@@ -148,8 +159,15 @@ def spec_from_file(path: Path, name: str, command: str) -> Spec:
     if "get_init_inputs" not in top:
         module.get_init_inputs = lambda: []  # older files construct Model() without arguments
 
+    class _Meta(torch.overrides.TorchFunctionMode):  # the same device override the generated reference makes
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            kwargs = dict(kwargs or {})
+            if "device" in kwargs:
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _Meta():
             init = list(module.get_init_inputs())
             model = module.Model(*init)
             runtime = list(module.get_inputs())
