@@ -309,6 +309,53 @@ def test_kernelbench_import_converts_problems_and_names_what_it_cannot(tmp_path)
         assert shape.params["channels"] % shape.params["groups"] == 0
 
 
+KB_CHAINED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A 3x3 conv, then a group norm: out_channels must stay a multiple of groups."""
+
+    def __init__(self, in_channels, out_channels, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3)
+        self.norm = nn.GroupNorm(groups, out_channels)
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+
+batch_size = 16
+in_channels = 8
+out_channels = 32
+groups = 8
+height = width = 96
+
+
+def get_inputs(**kwargs):
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, groups]
+'''
+
+
+def test_kernelbench_sizes_assigned_in_a_chain_are_scaled(tmp_path):
+    """`height = width = 96` makes two size params: without scaling them no CPU shape fits the interpreter."""
+    (tmp_path / "4_Conv_Chained.py").write_text(KB_CHAINED)
+    proc = wb("task", "import", "kernelbench", "4_Conv_Chained.py", "--tasks-dir", "kb", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from workbench.tasks import load_task_dir
+
+    task = load_task_dir(tmp_path / "kb" / "kb_4_conv_chained")
+    assert task.shapes["cuda"][0].params["height"] == 96 and task.shapes["cuda"][0].params["width"] == 96
+    for shape in task.shapes["cpu"]:
+        assert shape.params["height"] < 96 and shape.params["width"] < 96
+        assert shape.params["out_channels"] % shape.params["groups"] == 0
+
+
 # -- FlashInfer-Bench -------------------------------------------------------------------------------------------------
 DEFINITION = {
     "name": "scaled_gelu_h256",

@@ -105,6 +105,24 @@ def _int_literal(expr: ast.AST) -> int | tuple[int, ...] | None:
     return None
 
 
+def _assigned(node: ast.Assign) -> tuple[list[str], list[ast.expr]]:
+    """(names, value expressions) a module-level assignment binds: `n = 16`, `d, h = 16, 32`, and chains such as
+    `height = width = 256` (each name gets the value); ([], []) for any other target."""
+    names: list[str] = []
+    values: list[ast.expr] = []
+    for target in node.targets:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+            values.append(node.value)
+        elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) and \
+                isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(target.elts):
+            names += [e.id for e in target.elts]  # type: ignore[attr-defined]
+            values += list(node.value.elts)
+        else:
+            return [], []
+    return names, values
+
+
 def spec_from_file(path: Path, name: str, command: str) -> Spec:
     """The Spec of one KernelBench problem file.
 
@@ -129,17 +147,10 @@ def spec_from_file(path: Path, name: str, command: str) -> Spec:
     params: dict[str, Any] = {}
     assigns: list[list[Any]] = []
     for node in tree.body:
-        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+        if not isinstance(node, ast.Assign):
             continue
-        target, value = node.targets[0], node.value
-        if isinstance(target, ast.Name):
-            names = [target.id]
-            values = [value]
-        elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) and \
-                isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts):
-            names = [e.id for e in target.elts]  # type: ignore[attr-defined]
-            values = list(value.elts)
-        else:
+        names, values = _assigned(node)
+        if not names:
             continue
         assigns.append([ast.get_source_segment(source, node), names])
         for var, expr in zip(names, values):
