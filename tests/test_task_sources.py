@@ -356,6 +356,52 @@ def test_kernelbench_sizes_assigned_in_a_chain_are_scaled(tmp_path):
         assert shape.params["out_channels"] % shape.params["groups"] == 0
 
 
+KB_LITERAL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A strided 5x5 conv over RGB images whose side is written in get_inputs."""
+
+    def __init__(self, out_channels):
+        super().__init__()
+        self.conv = nn.Conv2d(3, out_channels, kernel_size=5, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+batch_size = 32
+out_channels = 24
+
+
+def get_inputs():
+    return [torch.rand(batch_size, 3, 160, 160)]
+
+
+def get_init_inputs():
+    return [out_channels]
+'''
+
+
+def test_kernelbench_sizes_written_as_literals_in_get_inputs_are_scaled(tmp_path):
+    """`torch.rand(batch_size, 3, 160, 160)`: 3 x 160 x 160 alone is over the interpreter's budget, so the literal
+    sides become params; the 3 (at most SMALL_PARAM) stays as written."""
+    (tmp_path / "5_Conv_Literal.py").write_text(KB_LITERAL)
+    proc = wb("task", "import", "kernelbench", "5_Conv_Literal.py", "--tasks-dir", "kb", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from workbench.tasks import load_task_dir
+
+    task = load_task_dir(tmp_path / "kb" / "kb_5_conv_literal")
+    first = task.shapes["cuda"][0].params
+    assert {k: first[k] for k in ("batch_size", "out_channels", "x_dim2", "x_dim3")} == {
+        "batch_size": 32, "out_channels": 24, "x_dim2": 160, "x_dim3": 160}
+    for shape in task.shapes["cpu"]:
+        assert shape.params["x_dim2"] < 160 and shape.params["x_dim3"] < 160
+    assert (task.dir / "problem.py").read_text() == KB_LITERAL  # the problem itself is copied unchanged
+
+
 # -- FlashInfer-Bench -------------------------------------------------------------------------------------------------
 DEFINITION = {
     "name": "scaled_gelu_h256",
