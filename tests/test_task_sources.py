@@ -208,6 +208,15 @@ def test_task_new_refuses_a_shape_larger_than_the_gpu(tmp_path):
     no_half_task(tmp_path / "t", "huge")
 
 
+def test_calibrated_tolerances_are_written_with_two_significant_digits():
+    """task.toml says 4.8e-07, not 4.800000000000001e-07; and rounding goes up, never below the measured value."""
+    from workbench.tasks.scaffold import _round_up
+
+    for measured, written in [(4.77e-7, "4.8e-07"), (3.1415e-6, "3.2e-06"), (9.95e-5, "0.0001"), (0.0123, "0.013")]:
+        assert repr(_round_up(measured)) == written
+        assert _round_up(measured) >= measured
+
+
 # -- KernelBench ----------------------------------------------------------------------------------------------------
 KB_GEMM = '''
 import torch
