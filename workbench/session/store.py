@@ -21,6 +21,7 @@ from workbench.journal.chain import check_anchor
 from workbench.journal.record import utc_now_ms
 from workbench.session import summary
 from workbench.session.atomic import drop_none, fsync_dir, write_json_atomic, write_toml_atomic
+from workbench.session.revisions import unified
 
 SCHEMA_VERSION = 1
 """Version of the session.toml layout; bump it with a migration in MIGRATIONS."""
@@ -37,9 +38,6 @@ RESERVED = ("schema_version", "events_version", "id", "checkpoint_seq", "journal
 
 _IDENTITY = ("task", "agent", "model", "device", "created", "budget")
 """Fields written at creation, carried into a checkpoint that does not repeat them."""
-
-_KEEP_IN_ATTEMPT = ("kernel.py", "diff.patch")
-"""Attempt files written once, which a result may not overwrite."""
 
 
 class SessionError(Exception):
@@ -383,18 +381,7 @@ def _diff(old: str | None, new: str, parent: int | None, n: int) -> str:
     if old is None:
         return ""
     before = f"attempts/{parent:04d}/kernel.py" if parent is not None else "parent/kernel.py"
-    lines = difflib.unified_diff(
-        _diff_lines(old), _diff_lines(new), fromfile=before, tofile=f"attempts/{n:04d}/kernel.py"
-    )
-    return "".join(lines)
-
-
-def _diff_lines(text: str) -> list[str]:
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        # As diff(1) does, so the patch stays line-oriented and still applies.
-        lines[-1] += "\n\\ No newline at end of file\n"
-    return lines
+    return unified(old, new, before, f"attempts/{n:04d}/kernel.py")
 
 
 class SessionStore:

@@ -13,7 +13,7 @@ from textual.widgets.text_area import Selection
 
 from workbench.session.state import Attempt
 from workbench.ui import formatting as fmt
-from workbench.ui.diffs import counts, unified
+from workbench.session.revisions import counts, unified
 from workbench.ui.widgets.diff_view import DiffView
 
 VIEWS = ("source", "parent", "best")
