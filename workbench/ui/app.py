@@ -338,6 +338,17 @@ class WorkbenchApp(App[str]):
                          binding.id, binding.tooltip))
         self.push_screen(HelpScreen(rows))
 
+    def on_live_screen_nudge_sent(self, message: LiveScreen.NudgeSent) -> None:
+        self.send_nudge(message.text, message.persistent)
+
+    def on_live_screen_pause_toggled(self, message: LiveScreen.PauseToggled) -> None:
+        self.toggle_pause()
+        if isinstance(self.screen, LiveScreen):
+            self.screen.refresh_status()
+
+    def on_live_screen_profile_requested(self, message: LiveScreen.ProfileRequested) -> None:
+        self.request_profile()
+
     def send_nudge(self, text: str, persistent: bool) -> None:
         """Queue a nudge for the runtime, or drop it in the followed session's inbox."""
         if self.mode == "attached" and self.inbox is not None:
