@@ -18,7 +18,6 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from workbench.agent.backends.base import BackendContext, Finish, ToolCall
 from workbench.agent.backends.transport import BackendError, Transport, TransportError
