@@ -358,3 +358,30 @@ def test_key_and_model_are_checked_before_a_run(tmp_path, task):
         files.close()
     unreachable = anthropic.Anthropic(api_key=KEY, base_url="http://127.0.0.1:9", max_retries=0)
     assert "could not check" in AnthropicTransport(unreachable).check_access(MODEL)
+
+
+def test_a_prompt_too_long_for_the_model_is_compacted_harder_and_sent_once_more(tmp_path, task):
+    too_long = Status(400, "invalid_request_error", "prompt is too long: 250123 tokens > 200000 maximum")
+    script = [
+        Message([tool_use("t1", "read_task")]),
+        Message([tool_use("t2", "read_kernel")]),
+        Message([tool_use("t3", "read_file", {"path": "reference.py"})]),
+        too_long,
+        Message([tool_use("t4", "read_kernel")]),
+        too_long,
+        too_long,
+    ]
+    with FakeAnthropic(script) as server:
+        rt, files = start(tmp_path, server, task)
+        with pytest.raises(BackendError, match="too long even after a compaction"):
+            rt.run(threading.Event())
+        bodies = list(server.requests)
+    kinds = [(e.type, e.data.get("ok")) for e in journal(files) if e.type in ("llm.response", "memory.compacted")]
+    # the first refusal: journaled, the context compacted below what was sent, the same request sent again
+    assert kinds[3:6] == [("llm.response", False), ("memory.compacted", None), ("llm.response", True)]
+    compacted = journal(files, "memory.compacted")[0].data
+    assert compacted["limit"] < compacted["tokens_before"] and compacted["tokens_after"] <= compacted["limit"]
+    assert len(bodies[4]["messages"]) < len(bodies[3]["messages"]) and "MEMORY" in all_text(bodies[4])
+    # a prompt still too long after its compaction stops the run with one line, resumable
+    assert rt.state.status == "stopped" and "too long even after a compaction" in rt.state.stop_reason
+    files.close()

@@ -45,7 +45,7 @@ MAX_SILENT_TURNS = 3
 """Replies in a row without a tool call after which the run finishes instead of paying for more."""
 
 SHRINK = 0.6
-"""After a context-length error, the context is compacted to this share of what was sent."""
+"""After a context-length error, the window (the context less its pinned prefix) is compacted to this share."""
 
 
 @dataclass(frozen=True)
@@ -239,8 +239,7 @@ class ConversationBackend:
         return False
 
     def _shrink(self, state: SessionState, memory: SessionMemory, error: str, attempt: int, status: int) -> bool:
-        """After a context-length error: journal the failed try, compact to SHRINK of the context sent."""
+        """After a context-length error: journal the failed try, compact the window to SHRINK of what was sent."""
         self.ctx.emit("llm.response", {"ok": False, "turn": memory.turn, "try": attempt, "error": error,
                                        "status": status, "retry_in": 0.0, "retry_after": False})
-        sent = self.context_overhead(state) + memory.tokens()
-        return self.ctx.compact(0, int(sent * SHRINK)) is not None
+        return self.ctx.compact(0, self.context_overhead(state) + int(memory.tokens() * SHRINK)) is not None
