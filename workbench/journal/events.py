@@ -8,7 +8,7 @@ and a change of meaning bumps EVENTS_VERSION.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypedDict, TypeVar
 
 if TYPE_CHECKING:
     from workbench.evaluator.result import EvalResult
@@ -70,14 +70,19 @@ class StartKernel(TypedDict):
     source: str
 
 
-class SessionCreated(TypedDict, total=False):
-    id: str
-    task: str
+class RunIdentity(TypedDict, total=False):
+    """Who runs the session and how: set at creation, and again by every run (a resume may change the budget)."""
+
     agent: str
     model: str | None
     device: str
-    created: str
     budget: dict[str, Any]
+
+
+class SessionCreated(RunIdentity, total=False):
+    id: str
+    task: str
+    created: str
     start: StartKernel
 
 
@@ -102,12 +107,8 @@ class GoalSet(TypedDict, total=False):
     budget: dict[str, Any]
 
 
-class RunStarted(TypedDict, total=False):
-    budget: dict[str, Any]
+class RunStarted(RunIdentity, total=False):
     resumed: bool
-    agent: str
-    model: str | None
-    device: str
 
 
 class RunPaused(TypedDict):
@@ -164,27 +165,29 @@ LlmResponse = TypedDict("LlmResponse", {
 
 
 # -- tools and attempts --------------------------------------------------------------------------------------
-class ToolCalled(TypedDict, total=False):
-    """A tool call's intent, journaled before it runs (a source argument as its hash and length)."""
+class ToolEvent(TypedDict, total=False):
+    """The call a tool.call or tool.result is about."""
 
     call_id: str
     tool: str
-    args: dict[str, Any]
     ref: str
     """The backend's own id for the call (an LLM's tool_use id)."""
 
 
-class ToolResult(TypedDict, total=False):
+class ToolCalled(ToolEvent, total=False):
+    """A tool call's intent, journaled before it runs (a source argument as its hash and length)."""
+
+    args: dict[str, Any]
+
+
+class ToolResult(ToolEvent, total=False):
     """A tool call's result: `data` is the tool's own journaled data (its ToolOutcome), enough to render it again."""
 
-    call_id: str
-    tool: str
     ok: bool
     summary: str
     data: dict[str, Any]
     error: str
     aborted: bool
-    ref: str
 
 
 class AttemptWritten(TypedDict, total=False):
@@ -306,3 +309,20 @@ EVENT_DATA: dict[str, type] = {
 
 EVENT_TYPES = frozenset(EVENT_DATA)
 """The types the journal accepts: a line of any other type is corruption (or a newer workbench)."""
+
+
+Reader = TypeVar("Reader", bound=Callable[..., Any])
+
+
+def by_type(table: dict[str, Reader]) -> Callable[..., Callable[[Reader], Reader]]:
+    """A decorator that files a function under event types in `table`: `on = by_type(T)`, then `@on("goal.set")`.
+
+    Each reader of the journal (the fold, the TUI's summaries) is one such table, with one function per type.
+    """
+    def on(*types: str) -> Callable[[Reader], Reader]:
+        def register(reader: Reader) -> Reader:
+            for kind in types:
+                table[kind] = reader
+            return reader
+        return register
+    return on

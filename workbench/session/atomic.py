@@ -8,14 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
-def fsync_dir(folder: Path) -> None:
-    """Make renames and new entries in `folder` durable; a renamed file is not until its folder is synced."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from workbench.journal.files import fsync_dir
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

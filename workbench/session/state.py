@@ -153,6 +153,16 @@ def _close_interval(state: SessionState, ts: str) -> None:
 
 
 # -- one handler per event type: (state, data, seq, ts) --------------------------------------------------------
+Handler = Callable[[SessionState, Any, int, str], None]
+
+HANDLERS: dict[str, Handler] = {}
+"""The fold, one small handler per event type (every type in workbench.journal.events.EVENT_TYPES)."""
+
+
+_on = ev.by_type(HANDLERS)
+
+
+@_on("session.created")
 def _session_created(state: SessionState, data: ev.SessionCreated, seq: int, ts: str) -> None:
     for key in ("id", "task", "agent", "model", "device", "created"):
         if key in data:
@@ -164,10 +174,12 @@ def _session_created(state: SessionState, data: ev.SessionCreated, seq: int, ts:
         state.start_file, state.start_source = str(start.get("file", "")), str(start.get("source", ""))
 
 
+@_on("goal.set")
 def _goal_set(state: SessionState, data: ev.GoalSet, seq: int, ts: str) -> None:
     state.goal = dict(data)
 
 
+@_on("run.started")
 def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) -> None:
     state.status, state.stop_reason = "running", ""
     state.run_started_ts = ts
@@ -179,31 +191,37 @@ def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) ->
         state.model = data["model"]
 
 
+@_on("run.paused")
 def _run_paused(state: SessionState, data: ev.RunPaused, seq: int, ts: str) -> None:
     _close_interval(state, ts)
     state.status = "paused"
 
 
+@_on("run.stopped")
 def _run_stopped(state: SessionState, data: ev.RunStopped, seq: int, ts: str) -> None:
     _close_interval(state, ts)
     state.status = "finished" if data.get("final") else "stopped"
     state.stop_reason = data.get("reason", "")
 
 
+@_on("run.resumed")
 def _run_resumed(state: SessionState, data: ev.RunResumed, seq: int, ts: str) -> None:
     state.status = "running"
     state.run_started_ts = ts
 
 
+@_on("tool.call")
 def _tool_call(state: SessionState, data: ev.ToolCalled, seq: int, ts: str) -> None:
     state.tool_calls += 1
     state.in_flight[data["call_id"]] = {"tool": data["tool"], "args": data.get("args", {}), "seq": seq}
 
 
+@_on("tool.result")
 def _tool_result(state: SessionState, data: ev.ToolResult, seq: int, ts: str) -> None:
     state.in_flight.pop(data["call_id"], None)
 
 
+@_on("attempt.written")
 def _attempt_written(state: SessionState, data: ev.AttemptWritten, seq: int, ts: str) -> None:
     n = data["attempt"]
     state.attempts[n] = Attempt(n=n, parent=data.get("parent"), sha256=data.get("sha256", ""),
@@ -211,6 +229,7 @@ def _attempt_written(state: SessionState, data: ev.AttemptWritten, seq: int, ts:
                                 params=dict(data.get("params") or {}), source=data.get("source", ""), written_seq=seq)
 
 
+@_on("eval.finished")
 def _eval_finished(state: SessionState, data: ev.EvalFinished, seq: int, ts: str) -> None:
     attempt = state.attempts.get(data["attempt"])
     if attempt is None:
@@ -232,15 +251,18 @@ def _eval_finished(state: SessionState, data: ev.EvalFinished, seq: int, ts: str
         state.best = attempt.n
 
 
+@_on("profile.finished")
 def _profile_finished(state: SessionState, data: ev.ProfileFinished, seq: int, ts: str) -> None:
     state.profile = dict(data)
 
 
+@_on("nudge.received")
 def _nudge_received(state: SessionState, data: ev.NudgeReceived, seq: int, ts: str) -> None:
     state.nudges.append({"id": data["id"], "text": data["text"], "persistent": bool(data.get("persistent")),
                          "seq": seq, "acked": False, "active": True})
 
 
+@_on("nudge.acked")
 def _nudge_acked(state: SessionState, data: ev.NudgeAcked, seq: int, ts: str) -> None:
     for nudge in state.nudges:
         if nudge["id"] == data["id"]:
@@ -248,50 +270,31 @@ def _nudge_acked(state: SessionState, data: ev.NudgeAcked, seq: int, ts: str) ->
             nudge["active"] = nudge["persistent"] and not data.get("revoked", False)
 
 
+@_on("ledger.updated")
 def _ledger_updated(state: SessionState, data: ev.LedgerUpdated, seq: int, ts: str) -> None:
     state.ledger = list(data.get("ledger", []))
 
 
+@_on("memory.compacted")
 def _memory_compacted(state: SessionState, data: ev.MemoryCompacted, seq: int, ts: str) -> None:
     state.memory = dict(data)
 
 
+@_on("llm.response")
 def _llm_response(state: SessionState, data: ev.LlmResponse, seq: int, ts: str) -> None:
     state.tokens_in += int(data.get("input_tokens", 0))
     state.tokens_out += int(data.get("output_tokens", 0))
     state.cost_usd += float(data.get("cost_usd", 0.0))
 
 
+@_on("error")
 def _error(state: SessionState, data: ev.ErrorRaised, seq: int, ts: str) -> None:
     state.errors.append(data.get("message", ""))
 
 
+@_on("llm.request", "checkpoint.written")
 def _nothing(state: SessionState, data: Mapping[str, Any], seq: int, ts: str) -> None:
     """Events that change no derived state (the memory fold and the UI read them)."""
-
-
-HANDLERS: dict[str, Callable[[SessionState, Any, int, str], None]] = {
-    "session.created": _session_created,
-    "goal.set": _goal_set,
-    "run.started": _run_started,
-    "run.paused": _run_paused,
-    "run.resumed": _run_resumed,
-    "run.stopped": _run_stopped,
-    "llm.request": _nothing,
-    "llm.response": _llm_response,
-    "tool.call": _tool_call,
-    "tool.result": _tool_result,
-    "attempt.written": _attempt_written,
-    "eval.finished": _eval_finished,
-    "profile.finished": _profile_finished,
-    "ledger.updated": _ledger_updated,
-    "memory.compacted": _memory_compacted,
-    "nudge.received": _nudge_received,
-    "nudge.acked": _nudge_acked,
-    "checkpoint.written": _nothing,
-    "error": _error,
-}
-"""The fold, one small handler per event type (every type in workbench.journal.events.EVENT_TYPES)."""
 
 
 def apply(state: SessionState, event: Mapping[str, Any]) -> SessionState:

@@ -13,14 +13,14 @@ import threading
 import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Callable, Iterator, Mapping
 
 from workbench.journal import EVENTS_VERSION, Anchor, Event, Journal, JournalError, read_events
 from workbench.journal.chain import check_anchor
 from workbench.journal.record import utc_now_ms
 from workbench.session import summary
-from workbench.session.atomic import drop_none, fsync_dir, write_json_atomic, write_toml_atomic
+from workbench.journal.files import Closing, fsync_dir
+from workbench.session.atomic import drop_none, write_json_atomic, write_toml_atomic
 from workbench.session.revisions import unified
 
 SCHEMA_VERSION = 1
@@ -118,7 +118,7 @@ def _read_head(folder: Path) -> dict:
     return head if current else _read_meta(folder)[0]
 
 
-class SessionFiles:
+class SessionFiles(Closing):
     """One open session folder: its meta, its journal (writers only) and the files around them."""
 
     def __init__(self, session_id: str, folder: Path, journal: Journal | None, meta: dict) -> None:
@@ -360,17 +360,6 @@ class SessionFiles:
         """Close the journal (releasing the writer lock); idempotent."""
         if self.journal is not None:
             self.journal.close()
-
-    def __enter__(self) -> "SessionFiles":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         mode = "writer" if self.journal is not None else "reader"

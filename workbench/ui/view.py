@@ -7,11 +7,11 @@ screens without the screens importing the app back.
 from __future__ import annotations
 
 from collections import deque
-from pathlib import Path
 from typing import Any, Protocol
 
 from workbench.config import Settings
 from workbench.session.state import SessionState
+from workbench.ui.launch import Launch
 
 
 class SessionView(Protocol):
@@ -22,8 +22,8 @@ class SessionView(Protocol):
     """The UI's own fold of the session's events."""
     recent: deque[dict[str, Any]]
     """The newest events (what the event list is drawn from)."""
-    review_root: Path | None
-    review_id: str | None
+    launch: Launch
+    """What the TUI does (the review folder and the session to open first, in review mode)."""
 
     @property
     def mode(self) -> str:

@@ -99,14 +99,16 @@ class SessionsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         app = self.workbench
-        self.query_one("#sessions-header", Static).update(f" sessions in {app.review_root}")
-        if app.review_id:
+        launch = app.launch
+        self.query_one("#sessions-header", Static).update(f" sessions in {launch.review_root}")
+        if launch.review_id:
             from workbench.ui.screens.review import ReviewScreen
 
-            assert app.review_root is not None
+            assert launch.review_root is not None
             # The list waits until the person comes back to it: read now, its checkpoints (megabytes of TOML for
             # a long session) would compete with the session being opened for the one interpreter lock.
-            self.app.push_screen(ReviewScreen(app.review_root, app.review_id, cursor_blink=app.settings.cursor_blink))
+            self.app.push_screen(ReviewScreen(launch.review_root, launch.review_id,
+                                              cursor_blink=app.settings.cursor_blink))
         else:
             self._load_once()
 
@@ -128,7 +130,7 @@ class SessionsScreen(Screen[None]):
         """Read every session.toml (a checkpoint can be megabytes, hence the thread)."""
         from workbench.session import SessionStore
 
-        root = self.workbench.review_root
+        root = self.workbench.launch.review_root
         assert root is not None
         try:
             rows = [session_row(meta) for meta in SessionStore(Path(root)).list()]
@@ -139,7 +141,7 @@ class SessionsScreen(Screen[None]):
 
     def on_sessions_screen_loaded(self, message: Loaded) -> None:
         header = self.query_one("#sessions-header", Static)
-        root = self.workbench.review_root
+        root = self.workbench.launch.review_root
         if message.error:
             header.update(f" {message.error}")
             return
@@ -171,7 +173,7 @@ class SessionsScreen(Screen[None]):
     def _open(self, session_id: str) -> None:
         from workbench.ui.screens.review import ReviewScreen
 
-        root = self.workbench.review_root
+        root = self.workbench.launch.review_root
         assert root is not None
         row = next((r for r in self.rows if r["id"] == session_id), None)
         if row is not None and row["status"] == "broken":
