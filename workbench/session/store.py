@@ -459,7 +459,7 @@ class SessionStore:
                 session.toml.
             JournalError: as a writer, the journal is locked (JournalLocked), corrupt or missing.
         """
-        folder = self.root / self._resolve(session_id)
+        folder = self.root / self.resolve(session_id)
         meta, migrated = _read_meta(folder)
         journal = None
         if writer:
@@ -486,7 +486,14 @@ class SessionStore:
         except FileNotFoundError:
             return []
 
-    def _resolve(self, session_id: str) -> str:
+    def resolve(self, session_id: str) -> str:
+        """The folder name of session `session_id`: an exact id, or a prefix naming exactly one.
+
+        Only folder names are read (not session.toml, whose checkpoint can be megabytes), so this is cheap.
+
+        Raises:
+            SessionError: not an id, unknown (near matches named), or an ambiguous prefix.
+        """
         if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):
             raise SessionError(f"{session_id!r} is not a session id")
         ids = self._ids()
