@@ -503,7 +503,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from workbench.agent.backends import registry
 
     credential = registry.get("claude").credentials()
-    lines.append(f"api key     {f'set ({credential})' if credential else 'not set (offline tuner agent)'}")
+    lines.append(f"api key     {'set' if credential else 'not set (offline tuner agent)'}")
     lines.append(f"sessions    {_sessions_dir(args).resolve()}")
     if importlib.util.find_spec("rich") is not None:
         from rich.console import Console
