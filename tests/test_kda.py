@@ -51,14 +51,60 @@ def test_make_inputs_is_deterministic_and_in_contract():
     assert torch.all(_inputs(0, B=1, T=5, H=1, K=16, V=16, gate="lower_bound")["g"] == -5)
 
 
-def test_oracle_matches_one_hand_step():
+@pytest.mark.parametrize("oracle", ["forward", "forward_recurrent"])
+def test_oracle_matches_one_hand_step(oracle):
     inp = _inputs(1, B=1, T=1, H=1, K=16, V=16)
-    o, s = REF.forward(**inp)
+    o, s = getattr(REF, oracle)(**inp)
     S = inp["initial_state"][0, 0].double() * inp["g"][0, 0, 0].double().exp()[:, None]
     k, v, q = inp["k"][0, 0, 0].double(), inp["v"][0, 0, 0].double(), inp["q"][0, 0, 0].double()
     S = S + inp["beta"][0, 0, 0].double() * torch.outer(k, v - S.T @ k)
     assert torch.allclose(s[0, 0].double(), S, atol=1e-6)
     assert torch.allclose(o[0, 0, 0].double(), S.T @ (q * inp["scale"]), atol=1e-6)
+
+
+# fp64 against fp64: the chunked form differs from the recurrence only by rounding (about 4e-16 seen)
+EXACT = 1e-12
+
+
+@pytest.mark.parametrize("params, chunk", [
+    ({"B": 1, "T": 1, "H": 2, "K": 16, "V": 16}, None),
+    ({"B": 1, "T": 37, "H": 2, "K": 16, "V": 32}, None),
+    ({"B": 2, "T": 150, "H": 3, "K": 32, "V": 16, "gate": "lower_bound"}, None),
+    ({"B": 2, "T": 130, "H": 1, "K": 16, "V": 16, "gate": "mild", "h0": False}, None),
+    ({"B": 1, "T": 100, "H": 2, "K": 16, "V": 16, "gate": "mild"}, 16),
+    ({"B": 3, "T": 64, "H": 1, "K": 32, "V": 16, "h0": False}, None),
+])
+def test_chunked_oracle_matches_the_recurrence(params, chunk):
+    """Odd T, T below one chunk, T = 1, whole chunks, h0 on and off, the g = -5 and mild gates, K != V, B > 1, and
+    short chunks (many of them, each boundary a hand-off of the state)."""
+    inp = _inputs(6, **params)
+    ro, rs = REF.recurrence(**inp)
+    o, s = REF.chunked(**inp, chunk=chunk)
+    assert ro.dtype == o.dtype == s.dtype == torch.float64
+    assert rel_rms(o, ro) < EXACT and rel_rms(s, rs) < EXACT
+
+
+def test_chunked_oracle_shortens_its_chunks_for_steep_gates():
+    """exp(-G) of one chunk must stay inside fp64's range: 64 tokens of g = -20 would span 1280 nats, so the chunk
+    shrinks (to 16 here); one token past 600 nats runs the recurrence instead. Both stay exact."""
+    inp = _inputs(7, B=1, T=90, H=1, K=16, V=16, gate="lower_bound")
+    inp["g"] = inp["g"] * 4.0
+    assert REF._chunk_len(inp["g"]) == 16
+    ro, rs = REF.recurrence(**inp)
+    o, s = REF.chunked(**inp)
+    assert rel_rms(o, ro) < EXACT and rel_rms(s, rs) < EXACT
+    inp["g"][0, 5, 0, 3] = -700.0
+    assert REF._chunk_len(inp["g"]) == 0
+    o, s = REF.chunked(**inp)
+    assert rel_rms(o, REF.recurrence(**inp)[0]) < EXACT
+
+
+def test_oracle_forward_is_the_chunked_form_in_task_dtypes():
+    inp = REF.make_inputs({"B": 1, "T": 70, "H": 2, "K": 16, "V": 16, "dtype": "bfloat16"}, 8, "cpu")
+    o, s = REF.forward(**inp)
+    co, cs = REF.chunked(**inp)
+    assert o.dtype == torch.bfloat16 and s.dtype == torch.float32
+    assert torch.equal(o, co.to(torch.bfloat16)) and torch.equal(s, cs.float())
 
 
 @pytest.mark.parametrize("params", [
