@@ -1,5 +1,6 @@
 """KDA task: oracle, seed and our chunked kernel under the Triton CPU interpreter (fp32, small odd shapes)."""
 
+import math
 import os
 
 import pytest
@@ -118,14 +119,16 @@ def test_seed_matches_oracle(params):
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 
+@pytest.mark.parametrize("split", [0, 1, 2])
 @pytest.mark.parametrize("params", [
     {"B": 1, "T": 1, "H": 2, "K": 16, "V": 16},
     {"B": 1, "T": 65, "H": 2, "K": 16, "V": 32, "gate": "lower_bound"},
     {"B": 2, "T": 130, "H": 1, "K": 32, "V": 32, "gate": "mild", "h0": False},
 ])
-def test_chunked_matches_oracle(params):
+def test_chunked_matches_oracle(params, split):
+    """Every Aqk precision mode: one product, three (split operands), and the remainder stored for the scan."""
     inp = _inputs(0, **params)
-    o, s = OURS.forward(**inp)
+    o, s = OURS.kda_chunked(**inp, aqk_split=split)
     ro, rs = REF.forward(**inp)
     assert o.shape == ro.shape and o.dtype == inp["v"].dtype and s.dtype == torch.float32
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
@@ -190,6 +193,23 @@ def test_chunked_is_causal_inside_a_chunk():
     assert not torch.allclose(o1[:, p:], o2[:, p:])
 
 
+def test_chunked_path_choice_is_causal():
+    """A row's products are taken around the chunk start or, once its decay reaches REACH, around 16-row anchors;
+    each row's own decay picks. Making the later tokens decay at the g = -5 bound sends them (and the chunk) down
+    the second path, and must leave o before them bit for bit."""
+    params = {"B": 1, "T": 64, "H": 1, "K": 16, "V": 16, "gate": "mild"}
+    inp = _inputs(3, **params)
+    p = 24  # rows 16..23 share a 16-row block with rows that change path
+    alt = dict(inp, g=inp["g"].clone())
+    alt["g"][:, p:] = -5.0
+    reach = (-alt["g"][0, :, 0].cumsum(0) / math.log(2.0)).amax(-1)  # per row, the largest log2 decay
+    assert float(reach[-1]) >= float(OURS.REACH.value) > float(reach[p - 1]), "the probe must cross REACH after p"
+    o1, _ = OURS.forward(**inp)
+    o2, _ = OURS.forward(**alt)
+    assert torch.equal(o1[:, :p], o2[:, :p])
+    assert rel_rms(o2, REF.forward(**alt)[0]) < TIGHT
+
+
 def test_ignoring_the_initial_state_fails_the_check():
     # the mild gate keeps h0 alive to the last token, so both outputs must notice it
     inp = _inputs(0, B=1, T=37, H=2, K=16, V=16, gate="mild")
@@ -205,11 +225,20 @@ def test_chunked_rejects_unsupported_head_dims():
         OURS.forward(**inp)
 
 
-def test_baseline_declares_fla_and_is_unavailable_without_cuda():
+def test_baseline_is_pinned_fla_and_right_where_it_runs_or_says_why_not():
+    """Where FLA runs (a CUDA machine with it installed) its output must match the oracle on an odd shape; where
+    it cannot, calling it must fail in one line that says why, rather than with a NoneType call."""
     assert BASE.NAME == "fla.chunk_kda"
     assert os.environ.get("FLA_FLASH_KDA") == "0" and os.environ.get("FLA_TILELANG") == "0"
-    if not torch.cuda.is_available():
-        assert BASE.available() is False
+    if BASE.available():
+        inp = REF.make_inputs({"B": 1, "T": 100, "H": 2, "K": 128, "V": 128, "dtype": "bfloat16"}, 0, "cuda")
+        o, s = BASE.forward(**inp)
+        ro, rs = REF.forward(**inp)
+        assert rel_rms(o, ro) < TOL and rel_rms(s, rs) < TOL
+    else:
+        with pytest.raises(RuntimeError, match="fla.chunk_kda is unavailable here: ") as err:
+            BASE.forward(**_inputs(0, B=1, T=4, H=1, K=16, V=16))
+        assert "\n" not in str(err.value)
 
 
 def test_seed_declares_tunables_it_uses():
