@@ -119,16 +119,17 @@ def test_seed_matches_oracle(params):
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 
-@pytest.mark.parametrize("split", [0, 1, 2])
+@pytest.mark.parametrize("aqk", [{"aqk_ops": 0}, {"aqk_ops": 1}, {"aqk_ops": 2, "aqk_lo": 1}, {"aqk_lo": 0}])
 @pytest.mark.parametrize("params", [
     {"B": 1, "T": 1, "H": 2, "K": 16, "V": 16},
     {"B": 1, "T": 65, "H": 2, "K": 16, "V": 32, "gate": "lower_bound"},
     {"B": 2, "T": 130, "H": 1, "K": 32, "V": 32, "gate": "mild", "h0": False},
 ])
-def test_chunked_matches_oracle(params, split):
-    """Every Aqk precision mode: one product, three (split operands), and the remainder stored for the scan."""
+def test_chunked_matches_oracle(params, aqk):
+    """Every Aqk precision mode: one bf16 product, three (split operands), tf32 with the remainder stored for the
+    scan, and the shipped CONFIG."""
     inp = _inputs(0, **params)
-    o, s = OURS.kda_chunked(**inp, aqk_split=split)
+    o, s = OURS.kda_chunked(**inp, **aqk)
     ro, rs = REF.forward(**inp)
     assert o.shape == ro.shape and o.dtype == inp["v"].dtype and s.dtype == torch.float32
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT

@@ -16,10 +16,10 @@ bound, rows 16 on) are then redone around the row before their 16-row block, as 
 factors <= 2^115.4 for g in [-5, 0). Each row's own decay picks its path, so o_t never depends on later tokens.
 Partial chunks are padded with g = k = v = beta = 0, so padded rows neither decay the state nor add to it.
 
-Precision: o is compared in bf16 with the fp64 oracle's bf16 o, and a CPU model of this arithmetic (issue 19)
-put most of the remaining error on the bf16 operands of Aqk and on beta V's rounding. Aqk is therefore taken as
-three bf16 products that split each operand's rounding off (aqk_split 1, _split_dot), and beta is folded into
-M's columns, so U = (M diag beta) V rounds M beta once and V not at all.
+Precision: o is compared in bf16 with the fp64 oracle's bf16 o, and a CPU model of this arithmetic
+(benchmarks/kda_precision.py) put most of the remaining error on the bf16 operands of Aqk and on beta V's
+rounding. Aqk is therefore one tf32 product of fp32 operands (aqk_ops, _aqk_dot), and beta is folded into M's
+columns, so U = (M diag beta) V rounds M beta once and V not at all.
 
 Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, the chunk-start
 products accumulated in place) stores qg, kg, gc, Aqk and Gamma K (parked in w) and keeps L in registers, with a
@@ -59,11 +59,12 @@ LAUNCHED = {}
 #   removed: diagonal inverse by powers of L: NaN in tf32 on identical keys, 1.294 in tf32x3
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [32, 64], "prep_warps": [4, 8],
-            "prep_stages": [1, 2, 3], "aqk_split": [0, 1, 2]}
-"""What the offline tuner (and an agent) may vary; BV stays automatic. aqk_split: Aqk from one bf16 product (0),
-from three (1: the operands' rounding split off, see _split_dot), and also stored with its remainder (2)."""
+            "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1]}
+"""What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
+from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
+rounding remainder stored too, for a second product in the scan."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
-          "prep_stages": 2, "aqk_split": 1}
+          "prep_stages": 2, "aqk_ops": 2, "aqk_lo": 0}
 
 
 @triton.jit
@@ -141,22 +142,25 @@ def _inv_by_halves(Lt, NB: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def _split_dot(a, b_t, acc, op_ty: tl.constexpr, SPLIT: tl.constexpr):
-    """acc + a @ b_t with fp32 tiles a [M, D] and b_t [D, N] in the inputs' dtype: one product of the rounded
-    tiles, or (SPLIT) three, a_hi b_hi + a_lo b_hi + a_hi b_lo with x_lo = x - x_hi, which leaves the rounding of
-    the operands near u^2 instead of u (u = 2^-8 in bf16; the a_lo b_lo term is below that)."""
-    a_hi = a.to(op_ty)
-    b_hi = b_t.to(op_ty)
-    acc = tl.dot(a_hi, b_hi, acc)
-    if SPLIT:
-        acc = tl.dot((a - a_hi.to(tl.float32)).to(op_ty), b_hi, acc)
-        acc = tl.dot(a_hi, (b_t - b_hi.to(tl.float32)).to(op_ty), acc)
+def _aqk_dot(a, b_t, acc, op_ty: tl.constexpr, AQK_OPS: tl.constexpr):
+    """acc + a @ b_t for fp32 tiles a [M, D] and b_t [D, N]: one product of the tiles rounded to the inputs' dtype
+    (AQK_OPS 0; u = 2^-8 in bf16), three, a_hi b_hi + a_lo b_hi + a_hi b_lo with x_lo = x - x_hi, which leaves the
+    operands' rounding near u^2 (1; the a_lo b_lo term is below that), or one tf32 product (2; u = 2^-11)."""
+    if AQK_OPS == 2:
+        acc = tl.dot(a, b_t, acc, input_precision="tf32")
+    else:
+        a_hi = a.to(op_ty)
+        b_hi = b_t.to(op_ty)
+        acc = tl.dot(a_hi, b_hi, acc)
+        if AQK_OPS == 1:
+            acc = tl.dot((a - a_hi.to(tl.float32)).to(op_ty), b_hi, acc)
+            acc = tl.dot(a_hi, (b_t - b_hi.to(tl.float32)).to(op_ty), acc)
     return acc
 
 
 @triton.jit
 def _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, aqk_acc, reach,
-                 K: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr):
+                 K: tl.constexpr, BK: tl.constexpr, AQK_OPS: tl.constexpr):
     """One BK-column slice of the chunk-start-anchored products: stores its columns of qg, kg, Gamma K (into w)
     and gc, adds its part of Akk and Aqk (anchor 0, the row before the chunk) and raises reach, the largest -G of
     each row over the channels seen so far."""
@@ -181,13 +185,13 @@ def _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, 
     # have -G_j <= -G_r), finite for every other row, whose products _blocked_slice redoes
     col_t = tl.trans(kt * tl.exp2(tl.minimum(-G, REACH)))
     akk = tl.dot(rk.to(op_ty), col_t.to(op_ty), akk)
-    aqk_acc = _split_dot(rq, col_t, aqk_acc, op_ty, SPLIT)
+    aqk_acc = _aqk_dot(rq, col_t, aqk_acc, op_ty, AQK_OPS)
     return akk, aqk_acc, tl.maximum(reach, tl.max(-G, 1))
 
 
 @triton.jit
 def _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: tl.constexpr, BK: tl.constexpr,
-                   SPLIT: tl.constexpr):
+                   AQK_OPS: tl.constexpr):
     """One BK-column slice of Akk and Aqk for the rows in `far` only (rows whose decay from the chunk start
     reaches REACH on some channel), each 16-row block around its own past anchor: rows 2^(G_r - c_i) <= 1, columns
     2^(c_i - G_j) <= 2^115.4 for the block's own columns (g >= -5), zero past them. Rows 0-15 never reach REACH
@@ -209,15 +213,15 @@ def _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: tl.con
         rowf = tl.where(m, tl.exp2(G - c[None, :]), 0.0)
         col_t = tl.trans(tl.where(rr < 16 * i + 16, kt * tl.exp2(c[None, :] - G), 0.0))
         akk = tl.dot((kt * rowf).to(op_ty), col_t.to(op_ty), akk)
-        aqk_acc = _split_dot(qt * rowf, col_t, aqk_acc, op_ty, SPLIT)
+        aqk_acc = _aqk_dot(qt * rowf, col_t, aqk_acc, op_ty, AQK_OPS)
     return akk, aqk_acc
 
 
 @triton.jit
 def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, mid_row, rmask, scale, H, K: tl.constexpr,
-           BK: tl.constexpr, SPLIT: tl.constexpr):
+           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr):
     """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk (bf16, plus its rounding
-    remainder in aqk_lo when SPLIT > 1), qg, kg, Gamma K (into w, until W replaces it) and gc, for one chunk.
+    remainder in aqk_lo when AQK_LO), qg, kg, Gamma K (into w, until W replaces it) and gc, for one chunk.
 
     G = chunk-local cumulative log2 decay. Every product is first taken around the chunk start (anchor 0, a past
     row of every row): rows 2^G_r <= 1, columns 2^-G_j. That is exact and finite for each row r whose reach
@@ -234,17 +238,17 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, mid_row, rmask, scale, H
     reach = tl.zeros([64], dtype=tl.float32)
     for kk in range(0, K, BK):
         akk, aqk_acc, reach = _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk,
-                                           aqk_acc, reach, K, BK, SPLIT)
+                                           aqk_acc, reach, K, BK, AQK_OPS)
     far = reach >= REACH
     if tl.max(far.to(tl.int32), 0) > 0:
         akk = tl.where(far[:, None], 0.0, akk)
         aqk_acc = tl.where(far[:, None], 0.0, aqk_acc)
         for kk in range(0, K, BK):
-            akk, aqk_acc = _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K, BK, SPLIT)
+            akk, aqk_acc = _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K, BK, AQK_OPS)
     aqk_acc = tl.where(rr >= cc, aqk_acc, 0.0)
     hi = aqk_acc.to(aqk.dtype.element_ty)
     _store_chunk(aqk + mid_row * 64, 64, r64, hi)
-    if SPLIT > 1:
+    if AQK_LO:
         _store_chunk(aqk_lo + mid_row * 64, 64, r64, aqk_acc - hi.to(tl.float32))
     return tl.where(rr > cc, akk * bt[:, None], 0.0)
 
@@ -303,12 +307,13 @@ def _chunk_setup(T, NT, H):
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
 def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, T, NT, scale, H, K: tl.constexpr,
-              V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, SPLIT: tl.constexpr):
+              V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
+              AQK_LO: tl.constexpr):
     """Everything chunk-parallel, for one (chunk, head); L never leaves registers."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H)
     bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
     L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, aqk_lo,
-               gc + mid_row // 64 * K, mid_row, rmask, scale, H, K, BK, SPLIT)
+               gc + mid_row // 64 * K, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO)
     # the stash of beta Gamma K in w was written by other threads of this program
     tl.debug_barrier()
     _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BK, BVP)
@@ -382,18 +387,18 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     kg = torch.empty_like(w)
     u = torch.empty(B * H, NT * BT, V, dtype=q.dtype, device=dev)
     aqk = torch.empty(B * H, NT * BT, BT, dtype=q.dtype, device=dev)
-    # the rounding remainder of Aqk, read by the scan as a second product (aqk_split 2); else never touched
-    aqk_lo = torch.empty_like(aqk) if cfg["aqk_split"] > 1 else aqk
+    # the rounding remainder of Aqk, read by the scan as a second product (aqk_lo); else never touched
+    aqk_lo = torch.empty_like(aqk) if cfg["aqk_lo"] else aqk
     gc = torch.empty(B * H, NT, K, dtype=torch.float32, device=dev)
     o = torch.empty(B, T, H, V, dtype=v.dtype, device=dev)
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
     LAUNCHED["prep"] = _kda_prep[(NT, B * H)](
         q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, T, NT, float(scale), H, K=K, V=V, BK=bk, BVP=bvp,
-        SPLIT=cfg["aqk_split"], num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
+        AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"], num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
     LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
         w, u, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,
-        AQK_LO=cfg["aqk_split"] > 1, num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
+        AQK_LO=cfg["aqk_lo"], num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
     return o, ht
 
 
