@@ -27,6 +27,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -368,8 +369,10 @@ def run(args):
     if args.old:
         specs["old"] = {"old": str(Path(args.old).resolve())}
     checkers = {}
+    # the children's files stay out of OUT (a lease returns few files); their content goes into kda_bench.json
+    work_dir = Path(tempfile.mkdtemp(prefix="kda_bench_"))
     for name, spec in specs.items():
-        spec.update(seeds=args.check_seeds, out=str(out_dir / f"check_{name}.json"))
+        spec.update(seeds=args.check_seeds, out=str(work_dir / f"check_{name}.json"))
         checkers[name] = subprocess.Popen([sys.executable, __file__, "--check", json.dumps(spec)], env=env)
 
     import torch
@@ -416,7 +419,7 @@ def run(args):
 
     for name, proc in checkers.items():
         code = proc.wait()
-        path = out_dir / f"check_{name}.json"
+        path = work_dir / f"check_{name}.json"
         entry = json.loads(path.read_text()) if code == 0 and path.exists() else {"error": f"check exit {code}"}
         held = [v for c, v in entry.get("checks", {}).items() if not c.startswith("stress")]
         # NaN fails both comparisons, so a NaN anywhere leaves the variant out
