@@ -154,12 +154,13 @@ def warm_fla(params_json):
 
 
 def profile_one(spec, shape_name):
-    """Under ncu (--profile-from-start off): one warm call of a variant on a task shape, then one more between
-    cudaProfilerStart and Stop, so that only the measured call's kernels are replayed."""
+    """Under ncu (--profile-from-start off): one warm call of a variant on a task shape (CUDA or held-out), then
+    one more between cudaProfilerStart and Stop, so that only the measured call's kernels are replayed. Also the
+    entry point for compute-sanitizer."""
     import torch
     from kernels.kda import kda_chunked, reference
     _, cfg = parse_variant(spec)
-    inp = reference.make_inputs(CUDA_SHAPES[shape_name], 0, "cuda")
+    inp = reference.make_inputs({**CUDA_SHAPES, **HELD_OUT}[shape_name], 0, "cuda")
     kda_chunked.kda_chunked(**inp, **cfg)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()

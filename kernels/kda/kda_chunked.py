@@ -43,28 +43,34 @@ REACH = tl.constexpr(120.0)
 # The last compiled kernels launched, by name, so benchmarks can report registers, spills and shared memory.
 LAUNCHED = {}
 # BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
-# per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms
-# on 2026-11-30 (benchmarks/RESULTS.md has the tables); this CONFIG: 1.221 (FLA 1.842 in the same run).
-#   anchors in one reduction + inverse by 8x8 halves: 1.221; each alone 1.228 / 1.242; neither (the old code,
-#   four row reductions and a 15-step 16x16 substitution): 1.253
+# per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms,
+# FLA 0.6.0 in the same run (benchmarks/RESULTS.md has the tables).
+# 2026-12-01 (issue 19), FLA 1.842: this CONFIG 1.081 (o error 3.4e-3 at K1, held-out at most 3.80e-3); the
+#   2026-11-30 kernel 1.216 (4.38e-3); prep_stages 2 1.151; Aqk from one bf16 product (aqk_ops 0) 1.034 but
+#   held-out o 4.11e-3, three bf16 products (aqk_ops 1) 1.188 (3.76e-3). BK 32 (with BVP 32) faulted with an
+#   illegal address, and with prep_stages 3 gave o error 1.2, although the interpreter passes BK 16: cause not
+#   isolated (tf32 products are new on that path; the 2026-11-30 tf32 variant a_f32 also faulted), so BK and BVP
+#   stay 64 on CUDA. aqk_lo with scan_stages 3 needs 237568 B of shared memory, over the 232448 limit.
+# 2026-11-30, FLA 1.842: anchors in one reduction + inverse by 8x8 halves: 1.221; each alone 1.228 / 1.242;
+#   neither (four row reductions and a 15-step 16x16 substitution): 1.253
 #   removed (same day, against 1.227-1.229 in the same runs): halves inverted by halves again (4x4) 1.229; 8x8
 #   halves by fp32 products (I - T)(I + T^2)(I + T^4) 1.551; v prefetched before the inverse 1.225 (noise), v and
 #   the stash 1.234; scan as a programmatic dependent launch 1.232; scan issuing the state update before the
 #   output 1.258
-#   kept knobs: prep_stages 1: 1.313, 3: 1.274; BV 32: 1.441; scan_warps 8: 1.475; BK 32: prep 1.37 ms (1.08)
+#   kept knobs: BV 32: 1.441; scan_warps 8: 1.475
 #   removed: untransposed forward substitution: 1.258-1.263, same errors (also in benchmarks/kda_stress.py)
 #   removed: row blocks masked after the products 1.283 (1.274 with 2 stages); K loop unrolled 1.300
 #   removed: prep register cap 168: 1.416, 128: 1.958 (spills); block-local anchors 1.376
 #   removed: anchors from block sums 1.753 (of the tile) / 1.429 (of a second load); cumsum by tf32 products 1.985
 #   removed: diagonal inverse by powers of L: NaN in tf32 on identical keys, 1.294 in tf32x3
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
-TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [32, 64], "prep_warps": [4, 8],
+TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
-          "prep_stages": 2, "aqk_ops": 2, "aqk_lo": 0}
+          "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0}
 
 
 @triton.jit
@@ -378,6 +384,9 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     bv = min(cfg["BV"] or _pick_bv(B, H, V), V)
     bk = min(cfg["BK"], K)
     bvp = min(cfg["BVP"], V)
+    if q.is_cuda and (bk < min(64, K) or bvp < min(64, V)):
+        raise ValueError(f"kda_chunked: BK={bk}, BVP={bvp}: slices below 64 gave wrong o or an illegal address on "
+                         "the H200 (2026-12-01)")
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     dev = q.device
     NT = triton.cdiv(T, BT)
