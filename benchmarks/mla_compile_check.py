@@ -62,7 +62,8 @@ def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stage
     plan = ours._make_plan(q, kv, seqlens, table, splits, n // splits, cfg)
     # gluon_ok says no on a machine without a GPU; everything else is what a Hopper call would plan.
     plan = dataclasses.replace(plan, gluon=True, fused=fused, cached=True,
-                               tma_store=plan.cfg["STORE"] == "tma" and ours.tma_store_ok(heads, 64))
+                               tma_store=plan.cfg["STORE"] == "tma" and ours.tma_store_ok(heads, 64),
+                               merge_step=ours.merge_tile(splits) if fused else (1, 1, 1))
     out, lse = ours.partial_buffers(batch, heads, splits, q.device, q.dtype)
     final, final_lse = torch.zeros(batch, heads, 512, dtype=torch.bfloat16), torch.zeros(batch, heads)
     sync = torch.zeros(8, dtype=torch.int32) if fused else None

@@ -591,7 +591,8 @@ def _gluon_plan(q, kv, seqlens, splits, fused, table=None, cfg=None):
     """A Gluon-stage-1 plan on the CPU, where gluon_ok says no: what a Hopper call would plan for these inputs."""
     plan = OURS._make_plan(q, kv, seqlens, table, splits, -(-kv.shape[0] * kv.shape[1] // q.shape[0] // splits),
                            cfg)
-    return dataclasses.replace(plan, gluon=True, fused=fused, tma_store=OURS.CONFIG["STORE"] == "tma", cached=True)
+    return dataclasses.replace(plan, gluon=True, fused=fused, tma_store=OURS.CONFIG["STORE"] == "tma", cached=True,
+                               merge_step=OURS.merge_tile(splits) if fused else (1, 1, 1))
 
 
 @pytest.mark.parametrize("splits, fused, s_pad, upi, wu", [(128, True, 128, 1, 1), (66, True, 128, 1, 1),

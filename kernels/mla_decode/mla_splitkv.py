@@ -854,6 +854,20 @@ def merge_tile(splits: int) -> tuple[int, int, int]:
     return s_pad, upi, 4 if upi >= 4 else 1
 
 
+def merge_launch(batch: int, heads: int, splits: int, cfg: dict) -> tuple:
+    """The merge kernel's (grid, BLOCK_M, BLOCK_S, BLOCK_D, warps) for a split count.
+
+    MERGE_HEADS is a ceiling: rows x splits x 32 columns must stay within 8K floats, so at 128 splits (M1) it drops
+    to 2 rows while at 4 splits (M3) 8 rows fit. The [rows, splits, BLOCK_D] partial tile stays near 8K floats: 64
+    registers a thread at 4 warps, with warps added (up to 8) when a forced MERGE_BLOCK_D makes it bigger.
+    """
+    block_s = triton.next_power_of_2(splits)
+    block_m = min(cfg["MERGE_HEADS"], max(1, 8192 // (block_s * 32)))
+    block_d = cfg["MERGE_BLOCK_D"] or max(32, min(D_LATENT, 8192 // (block_s * block_m)))
+    warps = min(8, max(4, block_m * block_s * block_d // 2048))
+    return (triton.cdiv(batch * heads, block_m), D_LATENT // block_d), block_m, block_s, block_d, warps
+
+
 class _Address:
     """A device address standing in for a tensor as a TMA descriptor's base. The launcher reads only data_ptr()
     and the JIT binder the dtype, and a cached descriptor must not keep the caller's tensor (a cache of gigabytes)
@@ -906,6 +920,12 @@ class _Plan:
     """The tl stage 1's LOAD mode."""
     cached: bool
     """Whether to keep compiled kernels (CONFIG LAUNCH "cached", and not the interpreter, which has none)."""
+    grid: tuple
+    """Stage 1's grid: (head groups, splits, batch rows)."""
+    merge_step: tuple
+    """The fused merge's (S_PAD, UPI, WU) (merge_tile), or (1, 1, 1)."""
+    merge_launch: tuple
+    """The merge kernel's (grid, BLOCK_M, BLOCK_S, BLOCK_D, warps) (merge_launch)."""
     compiled: dict = dataclasses.field(default_factory=dict)
     """Launch name ("gluon", "tl", "merge") -> the compiled kernel its first launch returned."""
     descriptors: dict = dataclasses.field(default_factory=dict)
@@ -979,13 +999,17 @@ def _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits: int, split_l
     load = _LOAD_MODES[cfg["LOAD"]]
     if load == 2 and not (tma_ok(kv_cache) and page_size % cfg["BLOCK_N"] == 0):
         load = 1
+    fused = gluon and fused_ok(batch, heads, num_splits, q.device, cfg)
+    # Host-side triton.cdiv and next_power_of_2 are JIT functions (a few us a call): all of it is worked out here.
     return _Plan(
         cfg=cfg, device=q.device, dtype=q.dtype, batch=batch, heads=heads, n=n,
         rows=kv_cache.shape[0] * kv_cache.shape[1], page_size=page_size, q_strides=q.stride(),
         kv_strides=kv_cache.stride(), bt_stride=bt_stride, splits=num_splits, split_len=split_len, gluon=gluon,
-        fused=gluon and fused_ok(batch, heads, num_splits, q.device, cfg),
-        tma_store=gluon and cfg["STORE"] == "tma" and tma_store_ok(heads, cfg["BLOCK_H"]), load=load,
-        cached=cfg["LAUNCH"] == "cached" and not triton.knobs.runtime.interpret)
+        fused=fused, tma_store=gluon and cfg["STORE"] == "tma" and tma_store_ok(heads, cfg["BLOCK_H"]), load=load,
+        cached=cfg["LAUNCH"] == "cached" and not triton.knobs.runtime.interpret,
+        grid=(triton.cdiv(heads, cfg["BLOCK_H"]), num_splits, batch),
+        merge_step=merge_tile(num_splits) if fused else (1, 1, 1),
+        merge_launch=merge_launch(batch, heads, num_splits, cfg))
 
 
 def _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits: int, config) -> _Plan:
@@ -1062,7 +1086,7 @@ def _gluon_args(plan: _Plan, descs, cache_seqlens, block_table, qk_scale: float,
     else:
         o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
         l_strides = (heads * splits, splits, 1)
-    s_pad, upi, wu = merge_tile(splits) if plan.fused else (1, 1, 1)
+    s_pad, upi, wu = plan.merge_step
     if sync is None:
         sync, o, lse = lse_out, out, lse_out
     paged = plan.page_size > 0
@@ -1080,8 +1104,7 @@ def _launch_gluon_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, q
     after a barrier per (batch row, head group), under a cooperative launch; otherwise stage 2 runs after."""
     descs = _descriptor_set(plan, q, kv_cache, out)
     args = _gluon_args(plan, descs, cache_seqlens, block_table, qk_scale, out, lse_out, sync, o, lse, pdl)
-    grid = (triton.cdiv(plan.heads, plan.cfg["BLOCK_H"]), plan.splits, plan.batch)
-    _launch(plan, "gluon", _mla_split_attend_ws, grid, args,
+    _launch(plan, "gluon", _mla_split_attend_ws, plan.grid, args,
             {"num_warps": 4, "maxnreg": GLUON_MAXNREG, "launch_cooperative_grid": sync is not None})
 
 
@@ -1095,26 +1118,17 @@ def _launch_tl_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_s
             plan.heads * D_LATENT, D_LATENT, plan.bt_stride, plan.heads, plan.n, max(plan.page_size, 1),
             plan.splits, D_LATENT, D_ROPE, cfg["BLOCK_H"], cfg["BLOCK_N"], plan.single, cfg["LAZY_RESCALE"],
             plan.load, pdl, paged)
-    grid = (triton.cdiv(plan.heads, cfg["BLOCK_H"]), plan.splits, plan.batch)
-    _launch(plan, "tl", _mla_split_attend, grid, args,
+    _launch(plan, "tl", _mla_split_attend, plan.grid, args,
             {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
 
 
 def _launch_merge(plan: _Plan, cache_seqlens, o, lse, o_part, lse_part, pdl: bool) -> None:
     """Stage 2: the splits' partials merged into o and lse."""
-    cfg, bh = plan.cfg, plan.batch * plan.heads
-    block_s = triton.next_power_of_2(plan.splits)
-    # MERGE_HEADS is a ceiling: rows x splits x 32 columns must stay within 8K floats, so at 128 splits
-    # (M1) it drops to 2 rows while at 4 splits (M3) 8 rows fit.
-    block_m = min(cfg["MERGE_HEADS"], max(1, 8192 // (block_s * 32)))
-    # Keep the [rows, splits, BLOCK_D] partial tile near 8K floats: 64 registers a thread at 4 warps, with
-    # warps added (up to 8) when a forced MERGE_BLOCK_D makes it bigger.
-    block_d = cfg["MERGE_BLOCK_D"] or max(32, min(D_LATENT, 8192 // (block_s * block_m)))
-    warps = min(8, max(4, block_m * block_s * block_d // 2048))
-    args = (o_part, lse_part, cache_seqlens, o, lse, plan.split_len, plan.heads * D_LATENT, D_LATENT, plan.heads, bh,
-            plan.splits, D_LATENT, block_m, block_s, block_d, pdl)
+    grid, block_m, block_s, block_d, warps = plan.merge_launch
+    args = (o_part, lse_part, cache_seqlens, o, lse, plan.split_len, plan.heads * D_LATENT, D_LATENT, plan.heads,
+            plan.batch * plan.heads, plan.splits, D_LATENT, block_m, block_s, block_d, pdl)
     options = {"num_warps": warps, **({"launch_pdl": True} if pdl else {})}
-    _launch(plan, "merge", _mla_merge_splits, (triton.cdiv(bh, block_m), D_LATENT // block_d), args, options)
+    _launch(plan, "merge", _mla_merge_splits, grid, args, options)
 
 
 def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse, o_part, lse_part) -> None:
