@@ -684,3 +684,35 @@ def test_trace_tool_still_finds_its_anchors(tmp_path):
     assert source.count("_mark(merge[0], WG, ") == 11 and source.count("_mark(merge[0], HALF, ") == 2
     assert all(f"WG: gl.constexpr = {wg}" in source for wg in (0, 1))
     assert traced._SYNC_GROUPS >= tool.TRACE_AT + 2 * len(tool.MARKS) * 132
+
+
+def test_compare_tool_poisons_only_what_nothing_may_read_and_converts_tables_to_csr():
+    """benchmarks/mla_compare.py (the device comparison) on CPU tensors: its NaN poison leaves the oracle unchanged
+    for a paged and a contiguous cache, its kernel check finds the NaN a wrong page would bring in, and the CSR it
+    hands FlashInfer names each row's used pages in order."""
+    import importlib.util
+
+    path = KERNELS.parent / "benchmarks" / "mla_compare.py"
+    spec_ = importlib.util.spec_from_file_location("mla_compare_test", path)
+    tool = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tool)
+    for params in ({**PAGED, "page_size": 16}, RAGGED):
+        inputs = _inputs(50, **params)
+        ref = REF.forward(**inputs)
+        tool._poison(inputs)
+        assert torch.isnan(inputs["kv_cache"]).any()
+        o, lse = OURS.forward(**inputs)
+        assert rel_rms(o, ref[0]) <= TIGHT and rel_rms(lse, ref[1]) <= TIGHT
+    inputs = _inputs(51, **PAGED, page_size=16)
+    tool._poison(inputs)
+    spare = _spare_pages(inputs)
+    assert torch.isnan(inputs["kv_cache"][spare]).all()
+    wrong = {**inputs, "block_table": inputs["block_table"].clone()}
+    wrong["block_table"][1, 0] = int(spare[0])  # row 1 reads a spare page where its first page should be
+    o, _ = OURS.forward(**wrong)
+    assert torch.isnan(o[1]).any()
+    table, lens = inputs["block_table"], inputs["cache_seqlens"]
+    indptr, indices = tool.csr_pages(table, lens, 16)
+    for b in range(3):
+        pages = indices[indptr[b]:indptr[b + 1]]
+        assert torch.equal(pages, table[b, :pages.numel()]) and pages.numel() == -(-int(lens[b]) // 16)

@@ -38,10 +38,10 @@ def plain(q, kv_cache, cache_seqlens, sm_scale, block_table=None):
 _COMPILED: dict = {}
 
 
-def compiled(q, kv_cache, cache_seqlens, sm_scale, block_table=None, dynamic: bool = False):
+def compiled(q, kv_cache, cache_seqlens, sm_scale, block_table=None, dynamic: bool | None = None):
     """plain under torch.compile (inductor, default mode): the scale, mask, logsumexp and exp fuse into one or two
-    kernels between the two matmuls. dynamic=False compiles once per shape; True compiles sizes symbolically, so
-    new shapes mostly reuse the first compile (B=1 and N=1 still specialise)."""
+    kernels between the two matmuls. dynamic=None is torch.compile's default (the first shape compiled static, sizes
+    made symbolic when a second shape comes); False compiles every shape; True starts symbolic."""
     fn = _COMPILED.get(dynamic)
     if fn is None:
         fn = _COMPILED[dynamic] = torch.compile(plain, dynamic=dynamic)

@@ -313,12 +313,12 @@ def _issue_rows(desc, row, bar, lat_buf, rope_buf):
 def _tile_row(pages, N, b, n0, PAGED: gl.constexpr):
     """Where the tile at logical row n0 of batch row b starts in the cache viewed as [rows, 576]: b's own N rows of a
     contiguous cache, or, paged, row n0 % PS of the page b's block table names (the host has checked that PS is a
-    multiple of the tile, so a tile lies in one page). An entry past the row's pages may be UNUSED (-1): its negative
-    row lies outside the tensor, which TMA reads as zeros, and such a tile is never scored."""
+    multiple of the tile, so a tile lies in one page). The first tile of an empty split may come from an entry past
+    the row's pages, which may be UNUSED (-1): page 0 stands in (the tile is waited for, never scored)."""
     BT, bt_stride, PS = pages
     row = b * N + n0
     if PAGED:
-        row = gl.load(BT + b * bt_stride + n0 // PS) * PS + n0 % PS
+        row = gl.maximum(gl.load(BT + b * bt_stride + n0 // PS), 0) * PS + n0 % PS
     return row
 
 
