@@ -855,7 +855,8 @@ def merge_tile(splits: int) -> tuple[int, int, int]:
 
 
 def merge_launch(batch: int, heads: int, splits: int, cfg: dict) -> tuple:
-    """The merge kernel's (grid, BLOCK_M, BLOCK_S, BLOCK_D, warps) for a split count.
+    """The merge kernel's (grid, BLOCK_M, BLOCK_S, BLOCK_D, warps) for a split count; grids have all three
+    dimensions, as a compiled kernel's launcher takes them.
 
     MERGE_HEADS is a ceiling: rows x splits x 32 columns must stay within 8K floats, so at 128 splits (M1) it drops
     to 2 rows while at 4 splits (M3) 8 rows fit. The [rows, splits, BLOCK_D] partial tile stays near 8K floats: 64
@@ -865,7 +866,7 @@ def merge_launch(batch: int, heads: int, splits: int, cfg: dict) -> tuple:
     block_m = min(cfg["MERGE_HEADS"], max(1, 8192 // (block_s * 32)))
     block_d = cfg["MERGE_BLOCK_D"] or max(32, min(D_LATENT, 8192 // (block_s * block_m)))
     warps = min(8, max(4, block_m * block_s * block_d // 2048))
-    return (triton.cdiv(batch * heads, block_m), D_LATENT // block_d), block_m, block_s, block_d, warps
+    return (triton.cdiv(batch * heads, block_m), D_LATENT // block_d, 1), block_m, block_s, block_d, warps
 
 
 class _Address:
@@ -1066,8 +1067,9 @@ def _descriptor_set(plan: _Plan, q, kv_cache, out) -> tuple:
 
 
 def _launch(plan: _Plan, name: str, kernel, grid: tuple, args: tuple, options: dict) -> None:
-    """One launch: through the plan's compiled kernel once it has one (args then hold addresses), else through the
-    JIT function, keeping the compiled kernel it returns (the interpreter returns none)."""
+    """One launch: through the plan's compiled kernel once it has one (args then hold addresses; its launcher reads
+    all three grid dimensions), else through the JIT function, keeping the compiled kernel it returns (the
+    interpreter returns none)."""
     compiled = plan.compiled.get(name)
     if compiled is not None:
         compiled[grid](*args)
