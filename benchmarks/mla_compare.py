@@ -55,6 +55,9 @@ EXTRA_SHAPES = [
     ("Hp2", {"B": 2, "H": 128, "N": 8193, "lengths": "ragged", "page_size": 64}),
 ]
 TIMED = ["M1", "M2", "M3", "M4", "M5", "M6", "M1p64", "M1p1"]
+OURS_ROLES = ("ours:M1,M2,M3,M4", "ours:H1,H2,H3,H4,H5", "ours:M1p64,M5,M6,H6,H7,H8,M1p1,Hp2")
+"""Our correctness checks in three processes (compiles dominate); each starts fresh, so the first shape of a B=1
+list is also captured into a graph before any eager call."""
 
 
 def shapes() -> dict:
@@ -190,43 +193,53 @@ def _check(fn, inputs: dict, ref) -> dict:
             and o.dtype == inputs["q"].dtype and lse.dtype == torch.float32}
 
 
-def correctness_ours(paged: bool) -> list[dict]:
-    """Our kernel on the contiguous or the paged shapes: a graph captured before any eager call (the fused plan's
-    fallback), then per shape a cold and a warm call, a call over NaN tails and spare pages, a graph replay, and
-    forced splits with NaN scratch."""
+def correctness_ours(names: list[str], out_json: Path) -> list[dict]:
+    """Our kernel on some shapes: a graph captured before any eager call (the fused plan's fallback, if the first
+    shape has B=1), then per shape a cold and a warm call, a call over NaN tails and spare pages, a graph replay,
+    and forced splits with NaN scratch. Rows go to out_json after every shape; a shape that raises is a failed row."""
     rows = []
-    named = {k: v for k, v in shapes().items() if ("page_size" in v) == paged}
+    named = {k: v for k, v in shapes().items() if k in names}
 
     def add(shape, check, result):
         rows.append({"impl": "ours", "shape": shape, "check": check, **result})
 
-    for sname in ("M1p64",) if paged else ("M1",):
-        inputs = REF.make_inputs(named[sname], 5, "cuda")
-        add(sname, "graph before any call", VARIANTS._graph_check(OURS.forward, inputs, REF.forward(**inputs), sname))
+    first = names[0]
+    if named[first]["B"] == 1:
+        inputs = REF.make_inputs(named[first], 5, "cuda")
+        add(first, "graph before any call", VARIANTS._graph_check(OURS.forward, inputs, REF.forward(**inputs), first))
     for sname, params in named.items():
-        for seed, check in ((100, "cold"), (0, "warm"), (1, "warm")):
-            inputs = REF.make_inputs(params, seed, "cuda")
-            add(sname, check, _check(OURS.forward, inputs, REF.forward(**inputs)))
-        ref = REF.forward(**inputs)
-        _poison(inputs)
-        add(sname, "nan past lengths / spare pages", _check(OURS.forward, inputs, ref))
-        if sname in ("M1", "M2", "M3", "M5", "M1p64", "H1", "H6", "H7", "Hp2"):
-            add(sname, "graph", VARIANTS._graph_check(OURS.forward, inputs, ref, sname))
-        if sname in ("H1", "H2", "H5", "H6", "H7", "Hp2"):
-            for forced in (1, 4, 64, 128):
-                splits, o, lse = BENCH.forced_split_run(inputs, forced)
-                torch.cuda.synchronize()
-                e_o, e_l = BENCH.rel_rms(o, ref[0]), BENCH.rel_rms(lse, ref[1])
-                add(sname, f"forced S={splits}, NaN scratch", {"err_o": e_o, "err_lse": e_l,
-                                                                 "ok": e_o <= TOL["o"] and e_l <= TOL["lse"]})
-        plan = OURS._PLANS.get(OURS._plan_key(inputs["q"], inputs["kv_cache"], inputs["cache_seqlens"],
-                                               inputs.get("block_table"), 0, 0, None))
-        if plan is not None:
-            rows[-1]["path"] = {"gluon": plan.gluon, "fused": plan.fused, "splits": plan.splits,
-                                "load": plan.load, "tma_store": plan.tma_store, "ready": plan.ready}
-        del inputs, ref
-        torch.cuda.empty_cache()
+        try:
+            _check_ours(sname, params, add)
+        except Exception as exc:  # a crash at one shape is that shape's result; the rest still run
+            add(sname, "raised", {"ok": False, "error": repr(exc)[:400]})
+        out_json.write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def _check_ours(sname: str, params: dict, add) -> None:
+    """correctness_ours at one shape: `add(shape, check, result)` takes each row."""
+    for seed, check in ((100, "cold"), (0, "warm"), (1, "warm")):
+        inputs = REF.make_inputs(params, seed, "cuda")
+        add(sname, check, _check(OURS.forward, inputs, REF.forward(**inputs)))
+    ref = REF.forward(**inputs)
+    _poison(inputs)
+    add(sname, "nan past lengths / spare pages", _check(OURS.forward, inputs, ref))
+    if sname in ("M1", "M2", "M3", "M5", "M1p64", "H1", "H6", "H7", "Hp2"):
+        add(sname, "graph", VARIANTS._graph_check(OURS.forward, inputs, ref, sname))
+    if sname in ("H1", "H2", "H5", "H6", "H7", "Hp2"):
+        for forced in (1, 4, 64, 128):
+            splits, o, lse = BENCH.forced_split_run(inputs, forced)
+            torch.cuda.synchronize()
+            e_o, e_l = BENCH.rel_rms(o, ref[0]), BENCH.rel_rms(lse, ref[1])
+            add(sname, f"forced S={splits}, NaN scratch", {"err_o": e_o, "err_lse": e_l,
+                                                             "ok": e_o <= TOL["o"] and e_l <= TOL["lse"]})
+    plan = OURS._PLANS.get(OURS._plan_key(inputs["q"], inputs["kv_cache"], inputs["cache_seqlens"],
+                                           inputs.get("block_table"), 0, 0, None))
+    if plan is not None:
+        add(sname, "plan", {"ok": plan.ready, "gluon": plan.gluon, "fused": plan.fused, "splits": plan.splits,
+                            "load": plan.load, "tma_store": plan.tma_store})
+    del inputs, ref
+    torch.cuda.empty_cache()
 
 
 def correctness_others(impls: dict, names: list[str], only: list[str] | None = None) -> list[dict]:
@@ -271,19 +284,28 @@ def compile_warmup() -> list[dict]:
 
 
 def sanitizer_runs(shapes_: list[str]) -> list[dict]:
-    """compute-sanitizer memcheck over our kernel on a few task shapes (workbench's own driver: two warm-up calls,
-    then the measured ones, so the warm compiled-handle path runs under the tool too)."""
+    """compute-sanitizer memcheck over our kernel on a few task shapes, with workbench's driver (two warm-up calls,
+    then a measured one, so the warm compiled-handle path runs under the tool too). The driver's own exit status is
+    kept: the tool's summary reads 0 errors also when the program died of a Python exception."""
     from workbench.evaluator import sanitizer
 
     rows = []
     for shape in shapes_:
         t0 = time.time()
+        cmd = ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "99", sys.executable, "-m",
+               "workbench.profiler.drive", "--task", "mla_decode", "--file",
+               str(ROOT / "kernels" / "mla_decode" / "mla_splitkv.py"), "--shape", shape, "--calls", "2"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        row = {"shape": shape, "tool": "memcheck", "returncode": proc.returncode, "seconds": time.time() - t0,
+               "command": " ".join(cmd[:6] + cmd[7:])}
         try:
-            rows.append({**sanitizer.run("mla_decode", ROOT / "kernels" / "mla_decode" / "mla_splitkv.py", shape,
-                                         tool="memcheck", timeout_s=240), "seconds": time.time() - t0})
+            row.update(sanitizer.parse(proc.stdout + proc.stderr))
         except sanitizer.SanitizerError as exc:
-            rows.append({"shape": shape, "error": str(exc), "seconds": time.time() - t0})
-        print(f"memcheck {shape}: {rows[-1]}", flush=True)
+            row["error"] = str(exc)
+        if proc.returncode != 0:
+            row["tail"] = (proc.stdout + proc.stderr)[-1500:]
+        rows.append(row)
+        print(f"memcheck {shape}: {row}", flush=True)
     return rows
 
 
@@ -372,20 +394,25 @@ def timing(impls: dict, names: list[str], quick: bool, rows: list, host: list, d
 
 # -- orchestration -------------------------------------------------------------------------------------------------
 
+def _stem(role: str) -> str:
+    """A file name for a role's outputs (the device returns only names of letters, digits, '.', '_' and '-')."""
+    return role.replace(":", "_").replace(",", "-")
+
+
 def _child(role: str, args) -> subprocess.Popen:
-    cmd = [sys.executable, __file__, "--role", role, "--out-json", str(Path(args.tmp) / f"{role}.json")]
+    cmd = [sys.executable, __file__, "--role", role, "--out-json", str(Path(args.tmp) / f"{_stem(role)}.json")]
     if args.quick:
         cmd.append("--quick")
     if args.before:
         cmd += ["--before", args.before]
-    log = open(Path(args.tmp) / f"{role}.log", "w")  # noqa: SIM115 - closed with the process
+    log = open(Path(args.tmp) / f"{_stem(role)}.log", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
 
 
 def run_role(args) -> int:
     before = Path(args.before) if args.before else None
-    if args.role in ("correct-ours", "correct-ours-paged"):
-        result = correctness_ours(paged=args.role == "correct-ours-paged")
+    if args.role.startswith("ours:"):
+        result = correctness_ours(args.role.split(":", 1)[1].split(","), Path(args.out_json))
     elif args.role == "baselines":
         impls = implementations(before, with_flashinfer=False)
         result = {"compile": compile_warmup(),
@@ -398,7 +425,7 @@ def run_role(args) -> int:
         result = {"version": flashinfer.__version__, "build_and_check": correctness_others(impls, ["flashinfer"]),
                   "seconds": time.time() - t0}
     elif args.role == "sanitizer":
-        result = sanitizer_runs(["H6", "H7", "M5"])
+        result = sanitizer_runs(["H6", "H7", "M5", "M3"])
     else:
         raise SystemExit(f"unknown role {args.role}")
     Path(args.out_json).write_text(json.dumps(result, indent=1))
@@ -426,7 +453,7 @@ def main() -> int:
     t_all = time.time()
     result = {"env": BENCH.environment(), "config": dict(OURS.CONFIG)}
     print(json.dumps(result["env"]), flush=True)
-    roles = ["correct-ours", "correct-ours-paged", "baselines"] + ([] if args.no_flashinfer else ["flashinfer"])
+    roles = list(OURS_ROLES) + ["baselines"] + ([] if args.no_flashinfer else ["flashinfer"])
     roles += [] if args.skip_sanitizer else ["sanitizer"]
     procs = {role: _child(role, args) for role in roles}
     phase1 = {}
@@ -436,10 +463,13 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        path = Path(args.tmp) / f"{role}.json"
-        log = (Path(args.tmp) / f"{role}.log").read_text()
-        phase1[role] = json.loads(path.read_text()) if path.exists() else {"error": f"rc={proc.returncode}",
-                                                                            "log_tail": log[-3000:]}
+        path = Path(args.tmp) / f"{_stem(role)}.json"
+        log = (Path(args.tmp) / f"{_stem(role)}.log").read_text()
+        if proc.returncode == 0 and path.exists():
+            phase1[role] = json.loads(path.read_text())
+        else:
+            phase1[role] = {"error": f"rc={proc.returncode}", "log_tail": log[-3000:],
+                            "partial": json.loads(path.read_text()) if path.exists() else None}
         print(f"phase 1 {role}: rc={proc.returncode} at {time.time() - t_all:.0f} s", flush=True)
     result["phase1"] = phase1
     result["phase1_s"] = time.time() - t_all
@@ -449,7 +479,7 @@ def main() -> int:
     fi_ok = not args.no_flashinfer and isinstance(phase1.get("flashinfer"), dict) and "build_and_check" in phase1[
         "flashinfer"]
     impls = implementations(before, with_flashinfer=fi_ok)
-    for role in ("correct-ours", "correct-ours-paged"):
+    for role in OURS_ROLES:
         if not isinstance(phase1.get(role), list):  # a hang or a crash there: keep our kernel off the timed GPU
             impls = {n: i for n, i in impls.items() if n not in ("ours", "ours-jit")}
     result["impls"] = {n: i.why for n, i in impls.items()}
@@ -467,7 +497,10 @@ def main() -> int:
 
 def report(result: dict) -> None:
     phase1 = result["phase1"]
-    rows = [r for role in ("correct-ours", "correct-ours-paged") for r in phase1.get(role) or [] if isinstance(r, dict)]
+    rows = []
+    for role in OURS_ROLES:
+        entry = phase1.get(role)
+        rows += entry if isinstance(entry, list) else (entry or {}).get("partial") or []
     for role, key in (("baselines", "correctness"), ("flashinfer", "build_and_check")):
         if isinstance(phase1.get(role), dict):
             rows += phase1[role].get(key, [])

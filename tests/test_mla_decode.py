@@ -424,11 +424,15 @@ def test_warm_calls_launch_the_compiled_kernels_with_this_calls_addresses(monkey
             assert warm[name] == value, name
     assert (merge.warm[0]["OP"], merge.warm[0]["LSEP"], merge.warm[0]["O"]) == (warm["OP"], warm["LSEP"],
                                                                                  o.data_ptr())
+    # Warm calls of one plan share its partials' buffer (eager calls on one stream run in order).
+    OURS.forward(**_inputs(34, **RAGGED), num_splits=2)
+    (plan,) = OURS._PLANS.values()
+    assert stage1.warm[1]["OP"] == warm["OP"] == plan.scratch.data_ptr()
     # A strided q is another key: a JIT launch with its strides, not the warm kernel.
     wide = torch.zeros(3, 5, 600)
     wide[..., :576] = second["q"]
     OURS.forward(**{**second, "q": wide[..., :576]}, num_splits=2)
-    assert len(stage1.calls) == 2 and len(stage1.warm) == 1
+    assert len(stage1.calls) == 2 and len(stage1.warm) == 2
     assert (stage1.calls[1]["stride_qb"], stage1.calls[1]["stride_qh"]) == (5 * 600, 600)
 
 

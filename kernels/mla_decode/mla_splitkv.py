@@ -933,6 +933,8 @@ class _Plan:
     """(addresses) -> TMA descriptors over them: a descriptor costs several us of Python to build."""
     fallback: object = None
     """The two-kernel _Plan a fused plan runs when a graph capture comes before the barrier words exist."""
+    scratch: object = None
+    """The partials' buffer of this plan's eager warm calls (a torch.Tensor of scratch_bytes), made by the first."""
 
     @property
     def single(self) -> bool:
@@ -1149,6 +1151,19 @@ def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse,
         _launch_merge(plan, cache_seqlens, o, lse, o_part, lse_part, pdl)
 
 
+def _scratch(plan: _Plan) -> torch.Tensor:
+    """The partials' buffer of a warm call. Eager calls of a plan share one, kept on the plan: calls on one stream
+    run one after another, so the next call's stage 1 cannot overwrite partials a merge still reads (an allocation
+    a call costs 5-8 us of host time on the H200 lease's host). A call being captured into a graph gets its own,
+    from the graph's pool, so a graph never shares scratch with eager calls or with other graphs. As with a
+    FlashInfer workspace, eager calls of one shape on two streams at once must not overlap."""
+    if plan.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=plan.device)
+    if plan.scratch is None:
+        plan.scratch = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=plan.device)
+    return plan.scratch
+
+
 def _check_buffers(plan: _Plan, o, lse, o_part, lse_part) -> None:
     """attend_into's caller-owned buffers must be what the kernels write as: contiguous, of the plan's sizes."""
     rows = plan.batch * plan.heads
@@ -1199,8 +1214,7 @@ def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: 
     if plan.single:
         part_ptr, lse_part_ptr = o_ptr, lse_ptr
     else:
-        # Freed when the call returns: the allocator reuses it only for work queued after these launches.
-        scratch = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=device)
+        scratch = _scratch(plan)  # held until the launches are queued
         part_ptr = scratch.data_ptr()
         lse_part_ptr = part_ptr + plan.batch * plan.heads * plan.splits * D_LATENT * plan.dtype.itemsize
     _run(plan, q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr(),
