@@ -505,7 +505,8 @@ def report(result: dict) -> None:
         if isinstance(phase1.get(role), dict):
             rows += phase1[role].get(key, [])
     bad = [r for r in rows if not r.get("ok")]
-    print(f"\n== correctness: {len(rows) - len(bad)}/{len(rows)} checks pass (tol o {TOL['o']:.1e}, lse {TOL['lse']:.1e})")
+    print(f"\n== correctness: {len(rows) - len(bad)}/{len(rows)} checks pass "
+          f"(tol o {TOL['o']:.1e}, lse {TOL['lse']:.1e})")
     for r in bad:
         print(f"  FAIL {r}")
     worst = {}

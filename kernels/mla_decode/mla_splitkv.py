@@ -69,6 +69,16 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # Also measured with the Gluon stage 1 (graph us M1/M2/M3/M4, H200, 2026-11-30; the shipped 64 x 2 two-kernel run
 # alongside was 14.74/17.03/83.31/257.6): PDL, stage 1 releasing stage 2 right after issuing its loads,
 # 16.82/20.05/82.26/269.5; 32-row tiles x 4 stages, 14.41/17.80/102.7/380.8. Neither ships.
+# LAUNCH: "cached" keeps a plan per input layout (shapes, strides, dtypes, devices, alignment, config) and launches its
+# compiled kernels' handles with plain addresses and cached TMA descriptors from the plan's second call on; "jit"
+# launches through the JIT functions every call. H200, same run (benchmarks/mla_compare.py, 2026-12-01), M1 eager us
+# per call / host us per call without a sync: cached 31.5 / 28.0, jit 92.9 / 90.5, main's kernel before this change
+# 140.9 / 146.5; graph times unchanged (14.25 / 14.18 / 14.30). Of the 28 us, Triton's launcher wrapper (a Python
+# loop over the 37 arguments, three descriptor encodings) is about a third, and a candidate cannot reach the raw
+# launcher (triton.backends is off limits, the function sits in a closure).
+# Paged caches: the Gluon stage 1 reads a 64-row tile per page lookup (page size a multiple of BLOCK_N), at the
+# contiguous cache's speed (M5 = M3 paged by 64: 85.4 against 84.6 us graphed); page size 1 takes the tl stage 1,
+# which gathers rows through pointers (M6: 162.2 us, FlashInfer's fa3 94.3).
 CONFIG = {"BLOCK_N": 64, "num_stages": 2, "num_splits": 0, "LAZY_RESCALE": False, "BLOCK_H": 64, "num_warps": 8,
           "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon", "MERGE": "auto",
           "STORE": "tma", "LAUNCH": "cached"}
@@ -1026,7 +1036,8 @@ def _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits: int, config) 
         plan = _PLANS[key] = _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits, 0, config)
     if plan.fused and _sync_words(plan.device) is None:
         if plan.fallback is None:
-            plan.fallback = dataclasses.replace(plan, fused=False, compiled={}, descriptors={})
+            plan.fallback = dataclasses.replace(plan, fused=False, merge_step=(1, 1, 1), compiled={}, descriptors={},
+                                                scratch=None)
         return plan.fallback
     return plan
 
@@ -1185,7 +1196,7 @@ def attend_into(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, 
     """
     plan = _make_plan(q, kv_cache, cache_seqlens, block_table, splits, split_len, config)
     if plan.fused and _sync_words(plan.device) is None:
-        plan = dataclasses.replace(plan, fused=False)
+        plan = dataclasses.replace(plan, fused=False, merge_step=(1, 1, 1))
     if plan.single:
         o_part, lse_part = o, lse
     _check_buffers(plan, o, lse, o_part, lse_part)
