@@ -317,8 +317,10 @@ def test_paged_matches_oracle(impl, params):
 
 @pytest.mark.parametrize("page_size, cfg", [
     (1, {"BLOCK_N": 16}), (1, {"BLOCK_N": 32, "LOAD": "masked"}), (16, {"BLOCK_N": 32}),
-    (32, {"BLOCK_N": 32}), (64, {"BLOCK_N": 32, "LOAD": "peeled"}), (64, {"BLOCK_N": 64, "MERGE_HEADS": 2}),
-], ids=["ps1", "ps1-masked", "ps16-tiles-over-pages", "ps32-tma", "ps64-peeled", "ps64-tma"])
+    (32, {"BLOCK_N": 32}), (64, {"BLOCK_N": 32, "LOAD": "peeled"}), (64, {"BLOCK_N": 32}),
+    (64, {"BLOCK_N": 64, "MERGE_HEADS": 2}),
+], ids=["ps1", "ps1-masked", "ps16-tiles-over-pages", "ps32-tma", "ps64-peeled", "ps64-tma-two-tiles-a-page",
+        "ps64-tma"])
 def test_paged_variants_with_nan_past_lengths_and_in_spare_pages(page_size, cfg):
     """Every load mode over pages smaller than, equal to and larger than the tile (a tile over several pages
     gathers rows; LOAD "tma" reads whole tiles of one page), NaN in every spare page and every row past its
