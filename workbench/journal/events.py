@@ -79,15 +79,26 @@ class RunIdentity(TypedDict, total=False):
     budget: dict[str, Any]
 
 
-class SessionCreated(RunIdentity, total=False):
+class TaskOrigin(TypedDict, total=False):
+    """Where the task was loaded from and the hash of its oracle files (workbench.tasks.hashing): a resume loads
+    it from there and refuses a changed oracle unless told to accept it."""
+
+    task_dir: str
+    task_hash: dict[str, Any]
+
+
+class SessionCreated(RunIdentity, TaskOrigin, total=False):
     id: str
     task: str
     created: str
     start: StartKernel
 
 
-class GoalSet(TypedDict, total=False):
-    """The goal contract pinned for the session: the task's public view plus device, baseline, metric, budget."""
+class GoalSet(TaskOrigin, total=False):
+    """The goal contract pinned for the session: the task's public view plus device, baseline, metric, budget; a
+    resume that accepted a changed task journals a new one, naming the changed files."""
+
+    task_changed: list[str]
 
     name: str
     task: str

@@ -40,6 +40,10 @@ class BackendOptions:
     """--model, or the model a resumed session journaled (None: the backend's default)."""
     seed_source: str
     """The kernel the session starts from."""
+    seed_origin: str = "the seed"
+    """Where that kernel came from, for messages ('the --start kernel', the task's seed.py)."""
+    fresh: bool = True
+    """No attempt exists yet (a new session, or a resume of one that never wrote an attempt)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,17 @@ class BackendSpec:
     """The model API of an LLM backend (credentials, access check, request bodies for show --prompt-at)."""
     requires: tuple[str, ...] = ()
     """Python packages the backend imports (checked before a session is made)."""
+    preflight: Callable[[BackendOptions], None] | None = None
+    """Checks the options before a session is made; raises BackendError (one line) when the backend cannot work."""
+
+    def check(self, options: BackendOptions) -> None:
+        """Run the preflight, if any.
+
+        Raises:
+            BackendError: the backend cannot work with these options.
+        """
+        if self.preflight is not None:
+            self.preflight(options)
 
     def credentials(self) -> str | None:
         """Where the credential comes from ('ANTHROPIC_API_KEY'), 'none needed', or None when it is missing."""

@@ -7,7 +7,8 @@ import re
 from typing import Any
 
 from workbench.agent.backends.base import Finish, StepBackend, ToolCall
-from workbench.agent.backends.registry import BackendSpec
+from workbench.agent.backends.registry import BackendOptions, BackendSpec
+from workbench.agent.backends.transport import BackendError
 from workbench.agent.tunables import TunablesError, config_key, grid, neighbours, read_declared, with_config
 from workbench.journal.events import NudgeReceived
 from workbench.session.revisions import sha256_text
@@ -107,6 +108,22 @@ class TunerBackend(StepBackend):
         return pins
 
 
+def preflight(options: BackendOptions) -> None:
+    """A new session needs a seed that declares what to search.
+
+    Raises:
+        BackendError: the seed declares no usable TUNABLES/CONFIG.
+    """
+    if not options.fresh:
+        return
+    try:
+        read_declared(options.seed_source)
+    except TunablesError as exc:
+        raise BackendError(f"the tuner searches the TUNABLES/CONFIG a kernel declares, and {options.seed_origin} "
+                           f"declares none ({exc}): write a seed with TUNABLES and CONFIG (or pass --start FILE), or "
+                           "run --agent claude") from None
+
+
 SPEC = BackendSpec("tuner", "the offline tuner: searches the TUNABLES a kernel declares (no model, no key)",
-                   lambda options: TunerBackend(options.seed_source))
+                   lambda options: TunerBackend(options.seed_source), preflight=preflight)
 """The registry entry (pyproject.toml: workbench.backends, tuner)."""
