@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from workbench.evaluator import VERDICTS, EvalUsageError, evaluate, format_result, selftest
-from workbench.evaluator import device as devices
 from workbench.evaluator import verdict as verdicts
 from workbench.evaluator import wire
 from workbench.evaluator.diagnose import classify
@@ -443,19 +442,6 @@ def test_timer_hooks_on_cpu():
 # -- verdicts and pieces ---------------------------------------------------------------------------------------------
 
 
-def test_auto_device(monkeypatch):
-    monkeypatch.setattr(devices.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert devices.resolve_device("auto") == "cuda"
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert devices.resolve_device("auto") == "cpu"
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    assert devices.resolve_device("auto") == "cuda"
-    monkeypatch.setattr(devices.shutil, "which", lambda name: None)
-    assert devices.resolve_device("auto") == "cpu"
-    assert devices.resolve_device("cuda") == "cuda"
-
-
 def test_frames_roundtrip_and_limits():
     r, w = os.pipe()
     try:
@@ -490,42 +476,49 @@ def test_classify_points_at_candidate_line():
     assert fault["verdict"] == "crash" and fault["fatal"] and "illegal memory access" in fault["message"]
 
 
+H200 = "NVIDIA H200"
+
+
 def test_judge_implausible_and_floor(task):
-    floor = task.floor_ms("S1", "cuda")
+    floor = task.floor_ms("S1", "cuda", H200)
     rows = [{"name": "S1", "role": "public", "correct": True, "ms": floor * 0.5, "baseline_ms": floor * 2}]
-    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax", H200)
     assert verdict == "implausible" and "under the roofline floor" in message
-    assert verdicts.quarantine(task, "cuda", verdict, rows) == "implausible timing"
+    assert verdicts.quarantine(task, "cuda", verdict, rows, H200) == "implausible timing"
     rows[0].update(ms=floor * 1.5, baseline_ms=floor * 1.5 * 20)
-    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax", H200)
     assert verdict == "implausible" and "plausible_speedup 10x" in message
     rows[0].update(ms=floor * 1.05, baseline_ms=floor * 2)
-    verdict, _, warnings = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
-    assert verdict == "ok" and any("implied bandwidth" in w for w in warnings)
-    assert "within 10% of its roofline floor" in verdicts.quarantine(task, "cuda", verdict, rows)
+    verdict, _, warnings = verdicts.judge(task, "cuda", rows, None, "torch.softmax", H200)
+    assert verdict == "ok" and any("above the H200's measured copy rate 4.25 TB/s" in w for w in warnings)
+    assert "within 10% of its roofline floor" in verdicts.quarantine(task, "cuda", verdict, rows, H200)
     rows[0].update(ms=floor * 3, baseline_ms=floor * 4)
-    assert verdicts.judge(task, "cuda", rows, None, "torch.softmax") == ("ok", "", [])
-    assert verdicts.quarantine(task, "cuda", "ok", rows) is None
+    assert verdicts.judge(task, "cuda", rows, None, "torch.softmax", H200) == ("ok", "", [])
+    assert verdicts.quarantine(task, "cuda", "ok", rows, H200) is None
     # A launch-bound baseline: 20x by events, 2x in GPU time under graphs. Judged on GPU time, with a warning.
     rows[0].update(ms=floor * 3, baseline_ms=floor * 60, graph_ms=floor * 3, baseline_graph_ms=floor * 6)
-    verdict, _, warnings = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    verdict, _, warnings = verdicts.judge(task, "cuda", rows, None, "torch.softmax", H200)
     assert verdict == "ok" and any("in GPU time under CUDA graphs" in w for w in warnings)
     # A candidate fast only under graphs (or only by events) is judged on its faster time.
     rows[0].update(graph_ms=floor * 0.2)
-    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax", H200)
     assert verdict == "implausible" and "under the roofline floor" in message
     rows[0].update(graph_ms=floor * 1.2, baseline_graph_ms=floor * 30)
-    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax")
+    verdict, message, _ = verdicts.judge(task, "cuda", rows, None, "torch.softmax", H200)
     assert verdict == "implausible" and "25x faster" in message
     # Near the floor only under a graph is quarantined like near it by events.
     rows[0].update(ms=floor * 3, baseline_ms=floor * 4, graph_ms=floor * 1.05, baseline_graph_ms=floor * 4)
-    assert "within 10% of its roofline floor" in verdicts.quarantine(task, "cuda", "ok", rows)
+    assert "within 10% of its roofline floor" in verdicts.quarantine(task, "cuda", "ok", rows, H200)
+    # An unknown GPU is judged against the largest known peaks (a lower floor), and the result says so.
+    rows[0].update(ms=floor * 0.9, baseline_ms=floor * 2, graph_ms=None, baseline_graph_ms=None)
+    verdict, _, warnings = verdicts.judge(task, "cuda", rows, None, "torch.softmax", "Future GPU")
+    assert verdict == "ok" and any("GPU Future GPU is not in the peak table" in w for w in warnings)
     # The interpreter has no floor and no plausibility limit.
     assert verdicts.judge(task, "cpu", [{"name": "C1", "ms": 1e-9, "baseline_ms": 1.0}], None, "x")[0] == "ok"
 
 
 def test_judge_wrong_before_forbidden_before_implausible(task):
-    floor = task.floor_ms("S1", "cuda")
+    floor = task.floor_ms("S1", "cuda", H200)
     rows = [{"name": "S1", "role": "public", "correct": True, "ms": floor * 0.1, "baseline_ms": floor * 2,
              "forbidden": "k.py: forward launched GPU kernels that are not the candidate's"},
             {"name": "S2", "role": "public", "correct": False, "problem": "seed 0: wrong"}]

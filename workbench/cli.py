@@ -130,8 +130,10 @@ def _baseline_name(task) -> str:
 
 def _goal(task, device: str, budget: dict[str, Any]) -> dict[str, Any]:
     """The goal contract journaled as goal.set: what the agent may see (no held-out shapes), pinned for the run."""
+    from workbench.devices import gpu_name
+
     return {
-        **task.public_view(),
+        **task.public_view(gpu_name() if device == "cuda" else None),
         "task": task.name,
         "device": device,
         "baseline": _baseline_name(task),

@@ -62,12 +62,11 @@ def _compact_args(args: Any) -> dict[str, Any]:
 
 def _eval_device(device: str) -> str | None:
     """The device an evaluation will run on ("cpu" or "cuda"); None for a name the evaluator will reject."""
-    from workbench.evaluator.device import resolve_device
-    from workbench.evaluator.errors import EvalUsageError
+    from workbench.devices import DeviceError, resolve_device
 
     try:
         return resolve_device(device)
-    except EvalUsageError:
+    except DeviceError:
         return None
 
 

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.evaluator import verdict as verdicts
 from workbench.evaluator import wire
-from workbench.evaluator.device import resolve_device
 from workbench.evaluator.errors import EvalUsageError
 from workbench.evaluator.guards import check_static
 from workbench.evaluator.guards.static import jit_functions
 from workbench.evaluator.prestart import Pair, Prestarter
+from workbench.devices import DeviceError, resolve_device
 
 if TYPE_CHECKING:
     from workbench.tasks import Task
@@ -321,7 +321,10 @@ def evaluate(
         raise EvalUsageError(f"seeds must be a positive integer, got {seeds!r}")
     if timeout_s is not None and not timeout_s > 0:
         raise EvalUsageError(f"timeout_s must be positive, got {timeout_s!r}")
-    dev = resolve_device(device)
+    try:
+        dev = resolve_device(device)
+    except DeviceError as exc:
+        raise EvalUsageError(str(exc)) from None
     data = path.read_bytes()
     result = _base(task, path, hashlib.sha256(data).hexdigest(), dev, seeds)
 
@@ -378,19 +381,20 @@ def evaluate(
                     harness_error=True, traceback=outcome.get("traceback"))
 
     rows = outcome["rows"]
+    gpu = (outcome.get("env") or {}).get("gpu")
     public = [r for r in rows if r.get("role") == "public"]
     hidden = [r for r in rows if r.get("role") == "heldout"]
-    result["shapes"] = [verdicts.shape_entry(r, task, dev) for r in public]
+    result["shapes"] = [verdicts.shape_entry(r, task, dev, gpu) for r in public]
     if heldout:
-        result["heldout"] = [verdicts.shape_entry(r, task, dev) for r in hidden]
-    verdict, message, warnings = verdicts.judge(task, dev, rows, outcome["failure"], outcome["baseline"])
+        result["heldout"] = [verdicts.shape_entry(r, task, dev, gpu) for r in hidden]
+    verdict, message, warnings = verdicts.judge(task, dev, rows, outcome["failure"], outcome["baseline"], gpu)
     timed = all(e["speedup"] is not None for e in result["shapes"]) and result["shapes"]
     result["speedup"] = verdicts.geomean([e["speedup"] for e in result["shapes"]]) if timed else None
     if heldout and result["heldout"] and all(e["speedup"] is not None for e in result["heldout"]):
         result["heldout_speedup"] = verdicts.geomean([e["speedup"] for e in result["heldout"]])
     result["timing"] = outcome.get("timing")
     result["warnings"] = list(outcome.get("warnings", [])) + warnings
-    reason = verdicts.quarantine(task, dev, verdict, rows)
+    reason = verdicts.quarantine(task, dev, verdict, rows, gpu)
     result["quarantined"] = reason is not None
     if reason:
         result["quarantine_reason"] = reason
@@ -398,7 +402,7 @@ def evaluate(
         from workbench.profiler import summary
 
         sms = (outcome.get("env") or {}).get("sms")
-        result["profile"] = summary.build(task, public, outcome.get("compile") or [], sms)
+        result["profile"] = summary.build(task, public, outcome.get("compile") or [], sms, gpu)
     if verdict == "ok":
         n = len(public) + (len(hidden) if heldout else 0)
         message = f"correct on {n} shapes x {seeds} seeds"
