@@ -414,7 +414,7 @@ def cmd_nudge(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from workbench.evaluator import EvalUsageError, evaluate, format_result
+    from workbench.evaluator import EvalServiceError, EvalUsageError, evaluate, format_result
 
     task = _load_task(args.task)
     path = Path(args.file)
@@ -425,6 +425,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result = evaluate(task, path, device=device, heldout=args.heldout, graph=args.graph)
     except EvalUsageError as exc:
         raise CliError(str(exc)) from exc
+    except EvalServiceError as exc:
+        raise CliError(str(exc), EXIT_FAIL) from exc
     print(json.dumps(result, indent=2) if args.json else format_result(result))
     return EXIT_OK if result["verdict"] == "ok" else EXIT_FAIL
 
@@ -470,6 +472,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         lines.append(f"{var:<11} {os.environ.get(var, '')}")
     lines.append(f"api key     {'set' if os.environ.get('ANTHROPIC_API_KEY') else 'not set (offline tuner agent)'}")
     lines.append(f"sessions    {_sessions_dir(args).resolve()}")
+    from workbench.evaluator.isolation import report_lines
+
+    lines += report_lines()
     if importlib.util.find_spec("rich") is not None:
         from rich.console import Console
 
@@ -487,7 +492,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from workbench.evaluator import EvalUsageError, evaluate, format_result
+    from workbench.evaluator import EvalServiceError, EvalUsageError, evaluate, format_result
 
     task = _load_task(args.task)
     path = Path(args.file)
@@ -513,6 +518,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         result = evaluate(task, path, device=device)
     except EvalUsageError as exc:
         raise CliError(str(exc)) from exc
+    except EvalServiceError as exc:
+        raise CliError(str(exc), EXIT_FAIL) from exc
     from workbench.profiler import advise, diff
     from workbench.profiler.summary import format_profile
 

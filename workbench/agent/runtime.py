@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import queue
@@ -106,16 +105,13 @@ class AgentRuntime:
         self.device = device
         self.budget = budget
         self.checkpoint_every = checkpoint_every
-        self._prestarter = None
-        """Keeps the next evaluation's processes started while the agent thinks (default evaluator only)."""
+        self._service = None
+        """The evaluation service that lives for the run (default evaluator only): it keeps the reference, the
+        baseline and the oracle's outputs, and the next candidate process started while the agent thinks."""
         self._eval_device = _eval_device(device)
         default_evaluator = evaluator is None
         if evaluator is None:
-            from workbench.evaluator import evaluate
-            from workbench.evaluator.prestart import Prestarter
-
-            self._prestarter = Prestarter()
-            evaluator = functools.partial(evaluate, prestarter=self._prestarter)
+            evaluator = self._service_evaluate
         self._evaluator = evaluator
         self._observer = kernel_observer if kernel_observer is not None else (
             _ncu_observer if default_evaluator and self._eval_device == "cuda" else None)
@@ -156,8 +152,9 @@ class AgentRuntime:
             self.checkpoint()
             raise
         finally:
-            if self._prestarter is not None:
-                self._prestarter.close()
+            if self._service is not None:
+                self._service.close()
+                self._service = None
         self.emit("run.stopped", {"reason": reason, "final": final})
         self.checkpoint()
         return reason
@@ -271,13 +268,24 @@ class AgentRuntime:
         return self._stop.wait(seconds)
 
     def _prestart(self) -> None:
-        """Start the first evaluation's processes now, while the backend prepares its first step."""
-        if self._prestarter is None or self._eval_device is None:
-            return  # an unknown device: the evaluation itself reports it, in its own words
-        try:
-            self._prestarter.replenish(self._eval_device)
-        except OSError:
-            pass  # no processes to spare now: the evaluation starts its own
+        """Start the evaluation service now, while the backend prepares its first step."""
+        if self._evaluator != self._service_evaluate or self._eval_device is None:
+            return  # an injected evaluator, or an unknown device: the evaluation itself reports it, in its words
+        if self._service is None:
+            from workbench.evaluator import EvaluationService
+
+            try:
+                self._service = EvaluationService(self.task, self._eval_device)
+            except OSError:
+                pass  # no processes to spare now: the first evaluation tries again
+
+    def _service_evaluate(self, task: Task, path: Path, device: str, heldout: bool = False) -> dict[str, Any]:
+        """The default evaluator: this run's evaluation service (started on first use when not yet)."""
+        if self._service is None:
+            from workbench.evaluator import EvaluationService
+
+            self._service = EvaluationService(task, device)
+        return dict(self._service.evaluate(path, heldout=heldout))
 
     # -- memory --------------------------------------------------------------------------------
     def maybe_compact(self, extra_tokens: int = 0) -> Event | None:

@@ -18,10 +18,10 @@ rounding noise, not a downcast)."""
 QUARANTINE_FLOOR_MARGIN = 1.1
 """A time within 10% of the roofline floor is physically possible but needs review before it can count as best."""
 
-_ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_ms", "reps", "baseline_rel_err",
-               "err_ratio", "precision_flag", "seeds_checked", "spot_checks", "revalidated", "call_ms", "problem",
-               "rel_err_by_output", "baseline_rel_err_by_output", "graph_ms", "graph_ms_iqr", "baseline_graph_ms", "baseline_graph_ms_iqr", "graph_error",
-               "baseline_graph_error")
+_ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_ms", "reps", "blocks", "speedup_ci",
+               "precision", "baseline_rel_err", "err_ratio", "precision_flag", "seeds_checked", "spot_checks",
+               "revalidated", "call_ms", "problem", "rel_err_by_output", "baseline_rel_err_by_output", "graph_ms",
+               "graph_ms_iqr", "baseline_graph_ms", "baseline_graph_ms_iqr", "graph_error", "baseline_graph_error")
 
 
 def clean(value: Any) -> Any:

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from workbench.evaluator import isolation
+
 METRICS: dict[str, str] = {
     "duration_ns": "gpu__time_duration.sum",
     "dram_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -217,9 +219,7 @@ def run(task: str, file: str | Path, shape: str, *, calls: int = 1, timeout_s: f
         raise NcuError("ncu (Nsight Compute) is not installed or not on PATH; profile without --ncu")
     wanted = list(metrics or METRICS.values())
     dropped: list[str] = []
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = isolation.candidate_env("cuda")  # drive.py runs the candidate: it gets what a candidate process gets
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         log = os.path.join(tmp, "ncu.csv")
         for _ in range(3):  # an ncu version without some metric names: drop them and retry
