@@ -42,7 +42,9 @@ def test_worker_says_ready_after_importing_torch_and_exits_unused():
     worker = WorkerProcess("cpu")
     try:
         to_worker, from_worker = worker.service_fds
-        ready = wire.read_frame(from_worker, 1 << 20)  # blocks until the worker has imported torch and triton
+        assert _wait_for(lambda: _has_torch_loaded(worker.pid), 60), "it imports before it is told anything"
+        worker.warm()
+        ready = wire.read_frame(from_worker, 1 << 20)  # after the warm-up it was told to do
         assert b'"ready": true' in ready and _has_torch_loaded(worker.pid)
         assert b'"netns": true' in ready or b'"netns": false' in ready
         # Closing stdin unsent is how an owner lets an unused worker go: it exits on its own, status 0.

@@ -216,6 +216,7 @@ def test_a_candidate_process_holds_no_secrets_and_no_network(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
     worker = WorkerProcess("cpu", netns=True)
     try:
+        worker.warm()
         ready = json.loads(wire.read_frame(worker.service_fds[1], 1 << 20))
         environ = Path(f"/proc/{worker.pid}/environ").read_bytes()
         assert b"sk-secret" not in environ and b"ANTHROPIC" not in environ

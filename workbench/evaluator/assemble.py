@@ -52,7 +52,7 @@ def build(task: "Task", sub: Submission, device: str, seeds: int, heldout: bool,
     result["phases_s"] = outcome.phases
     result["isolation"] = {"env_allowlist": True, "netns": bool(outcome.worker.get("netns")),
                            "netns_note": outcome.worker.get("netns_note"), "candidate_triton_cache": True}
-    result["service"] = service
+    result["service"] = {**(outcome.final.get("service") or {}), **service}
 
     def done(verdict: str, message: str, **extra: Any) -> "EvalResult":
         result.update(verdict=verdict, message=message, **extra)

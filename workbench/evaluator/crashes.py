@@ -19,6 +19,7 @@ STEPS = {
     "profile": "profiling forward",
     "graph": "timing forward under a CUDA graph",
     "baseline": "warming up the baseline",
+    "precompile": "compiling the baseline's autotuning configs",
     "oracle": "computing the oracle's outputs",
     "service": "starting the evaluation service",
     "idle": "waiting for the evaluation service",

@@ -52,6 +52,8 @@ class Baseline:
     fn: Callable[..., Any]
     note: str | None = None
     """Why it is not the task's baseline.py (unavailable here), if so."""
+    autotuned: bool = False
+    """Whether it brought Triton autotuners with it (a library such as FLA): worth precompiling on a new machine."""
 
 
 @dataclass
@@ -107,6 +109,9 @@ class Service:
         self._env_thread: threading.Thread | None = None
         self._overhead: float | None | bool = False
         """The timed window's fixed overhead (profiling.launch_overhead), measured once; False until then."""
+        self._precompiled = False
+        self.precompiled: dict[str, Any] | None = None
+        """What the parallel precompile took on this machine (None when it did not run)."""
         self.evaluations = 0
         self.idle_work = True
         """Whether an idle step may still find something to prepare."""
@@ -137,9 +142,11 @@ class Service:
             self.reference = import_file(self.cfg["reference"], "workbench_task_reference")
             self.baseline = Baseline("reference", self.reference.forward)
             if self.cfg.get("baseline"):
+                before = set(sys.modules)
                 base = import_file(self.cfg["baseline"], "workbench_task_baseline")
                 if base.available():
-                    self.baseline = Baseline(str(base.NAME), base.forward)
+                    self.baseline = Baseline(str(base.NAME), base.forward, autotuned=_autotunes(
+                        set(sys.modules) - before))
                 else:
                     self.baseline.note = (f"baseline {getattr(base, 'NAME', '?')} unavailable here; timed against "
                                           "the reference")
@@ -192,6 +199,7 @@ class Service:
         from workbench.evaluator import inputs as inputs_mod
 
         assert self.baseline is not None
+        self._precompile()
         self.channel.announce("baseline", limits.TRUSTED_S["baseline"], trusted=True, shape=shape.name,
                               group=shape.group)
         try:
@@ -215,6 +223,37 @@ class Service:
         """A shape's limits from its baseline's call time (the floor until the baseline is warm)."""
         checked = self.pool.size + 1  # the correctness seeds and the re-validation
         return limits.shape_limits(shape.baseline_ms, self.device, checked, self.stop_rule.max_side_ms)
+
+    def _precompile(self) -> None:
+        """On a machine that never ran this baseline: compile its autotuning configs for every shape at once, in
+        parallel processes (precompile.py), before the first warm-up autotunes on a quiet GPU. Once per service."""
+        if self._precompiled or self.device != "cuda" or self.baseline is None or not self.baseline.autotuned:
+            return
+        self._precompiled = True
+        import subprocess
+        import time
+
+        from workbench.evaluator import precompile
+
+        marker = precompile.marker_path(self.task_hash)
+        if marker.exists():
+            return
+        shapes = [s.params for s in self.shapes.values() if s.role == "public" or self.cfg.get("prepare_heldout")]
+        self.channel.announce("precompile", limits.TRUSTED_S["baseline"], trusted=True)
+        started = time.monotonic()
+        procs = precompile.spawn({"reference": self.cfg["reference"], "baseline": self.cfg["baseline"],
+                                  "task_dir": str(Path(self.cfg["reference"]).parent)}, shapes)
+        ok = 0
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(1.0, started + limits.TRUSTED_S["baseline"] - time.monotonic()))
+                ok += proc.returncode == 0
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.precompiled = {"shapes": len(procs), "ok": ok, "s": round(time.monotonic() - started, 3)}
+        if ok == len(procs):
+            marker.touch()
 
     def expected(self, shape: ShapeState, seed: int, slot: int) -> Prepared:
         """The oracle's outputs for a pool seed, from the cache or computed now (then cached)."""
@@ -389,7 +428,8 @@ class Service:
                      | {"bytes": after["bytes"], "entries": after["entries"]},
             "limits": ev.limits,
             "worker": ev.worker_info,
-            "service": {"evaluations": self.evaluations + 1, "elapsed_s": round(elapsed, 3)},
+            "service": {"evaluations": self.evaluations + 1, "elapsed_s": round(elapsed, 3),
+                        **({"precompiled": self.precompiled} if self.precompiled else {})},
             "warnings": warnings,
             "healthy": ev.healthy,
         })
@@ -505,6 +545,19 @@ class Service:
                 return 0
             if request.get("op") == "evaluate":
                 self.serve_evaluation(request, list(fds))
+
+
+def _autotunes(modules: set[str]) -> bool:
+    """Whether any of these modules holds a Triton autotuner (a kernel library's autotuned kernels)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return False
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is not None and any(isinstance(v, Autotuner) for v in list(vars(module).values())):
+            return True
+    return False
 
 
 def _preload(device: str) -> None:

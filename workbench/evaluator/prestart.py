@@ -25,6 +25,8 @@ from pathlib import Path
 
 from workbench.evaluator import isolation, wire
 
+WARM_LINE = b"warm"
+"""What the owner writes on a waiting worker's stdin to have it touch the GPU now (context, Triton's first launch)."""
 SHM_DIR = "/dev/shm"
 SHM_MIN_FREE = 4 << 30
 """The tensor slabs go to shared memory when it has this much room (a container's default /dev/shm is 64 MB);
@@ -90,6 +92,8 @@ class WorkerProcess:
         self.log = self.tmp / "worker.log"
         self.proc: subprocess.Popen | None = None
         self.service_fds: tuple[int, int] | None = None
+        self.warmed = False
+        """Whether it was told to warm up (warm())."""
         self.closed = False
         try:
             self._start(cpus, netns)
@@ -137,12 +141,24 @@ class WorkerProcess:
     def alive(self) -> bool:
         return not self.closed and self.proc is not None and self.proc.poll() is None
 
+    def warm(self) -> None:
+        """Have the waiting worker create its CUDA context and launch Triton once now (it waits for this, or for
+        its configuration, before touching the GPU)."""
+        if self.warmed or self.proc is None or self.proc.stdin is None:
+            return
+        self.warmed = True
+        try:
+            self.proc.stdin.write(WARM_LINE + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
     def configure(self, cfg_json: bytes) -> None:
         """Hand the worker its configuration (it has been waiting on stdin); a worker already gone is not an error
         here: its pipe then reports the death to the service, and its log tail says why."""
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(cfg_json)
+            self.proc.stdin.write(cfg_json + b"\n")
             self.proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass
@@ -202,6 +218,13 @@ class Prestarter:
             if self._ready is not None:
                 return
             self._ready = WorkerProcess(self.device, cpus=self.cpus, netns=self.netns)
+
+    def warm(self) -> None:
+        """Let the waiting worker touch the GPU now (call once nothing is being timed)."""
+        with self._lock:
+            worker = self._ready
+        if worker is not None:
+            worker.warm()
 
     @property
     def waiting(self) -> WorkerProcess | None:

@@ -195,13 +195,14 @@ def run_case(case: Case, device: str, service: "EvaluationService | None" = None
 
 def run_suite(device: str, *, names: list[str] | None = None, jobs: int | None = None,
               on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run the cases for a device in `jobs` lanes (default 3 on cpu, 2 on cuda); outcomes in CASES order.
+    """Run the cases for a device in `jobs` lanes (default 3 on cpu; on cuda up to 4, two CPUs each); outcomes in
+    CASES order.
 
     Each lane keeps one evaluation service per task and feeds it case after case, as an agent run feeds its
     service; every case still gets a fresh candidate process. The hang cases go first: they mostly wait out their
     limit, which then overlaps the other cases.
     """
-    from workbench.evaluator.service import EvaluationService
+    from workbench.evaluator.service import EvaluationService, usable_cpus
     from workbench.tasks import load_task
 
     chosen = cases_for(device, names)
@@ -210,13 +211,15 @@ def run_suite(device: str, *, names: list[str] | None = None, jobs: int | None =
         todo.put(case)
     outcomes: dict[str, Outcome] = {}
     lock = threading.Lock()
+    cpus = usable_cpus()
     if jobs is None:
         # On a GPU concurrent evaluations slow each other's timings, which no verdict here depends on except the
-        # side-stream case (whose acceptable verdicts cover it); two at a time keeps the GPU busy without piling up.
-        jobs = 2 if device == "cuda" else 3
+        # side-stream case (whose acceptable verdicts cover it); each lane times on two CPUs of its own.
+        jobs = max(1, min(4, len(cpus) // 2)) if device == "cuda" else 3
 
-    def lane() -> None:
+    def lane(index: int) -> None:
         services: dict[str, EvaluationService] = {}
+        mine = cpus[2 * index:2 * index + 2] if len(cpus) >= 2 * (index + 1) else None
         try:
             while True:
                 try:
@@ -224,7 +227,8 @@ def run_suite(device: str, *, names: list[str] | None = None, jobs: int | None =
                 except queue.Empty:
                     return
                 if case.task not in services:
-                    services[case.task] = EvaluationService(load_task(case.task), device, prepare_heldout=False)
+                    services[case.task] = EvaluationService(load_task(case.task), device, cpus=mine,
+                                                            prepare_heldout=False)
                 outcome = run_case(case, device, services[case.task])
                 with lock:
                     outcomes[case.name] = outcome
@@ -234,7 +238,8 @@ def run_suite(device: str, *, names: list[str] | None = None, jobs: int | None =
             for service in services.values():
                 service.close()
 
-    lanes = [threading.Thread(target=lane, name=f"selftest-{i}") for i in range(max(1, min(jobs, len(chosen))))]
+    lanes = [threading.Thread(target=lane, args=(i,), name=f"selftest-{i}")
+             for i in range(max(1, min(jobs, len(chosen))))]
     for t in lanes:
         t.start()
     for t in lanes:

@@ -103,6 +103,14 @@ def trusted_files_hash(task: "Task") -> str:
     return digest.hexdigest()
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may use (empty where the OS does not say)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
+
+
 def timing_cpus(cpus: Sequence[int] | None, gpu: str | int | None) -> list[int]:
     """The two CPUs an evaluation times on (the service's, the candidate process's).
 
@@ -112,9 +120,8 @@ def timing_cpus(cpus: Sequence[int] | None, gpu: str | int | None) -> list[int]:
     if cpus:
         chosen = [int(c) for c in cpus]
         return (chosen * 2)[:2] if len(chosen) < 2 else chosen[:2]
-    try:
-        allowed = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
+    allowed = usable_cpus()
+    if not allowed:
         return []
     index = int(gpu) if isinstance(gpu, int) or (isinstance(gpu, str) and gpu.isdigit()) else 0
     n = len(allowed)
@@ -293,21 +300,13 @@ class EvaluationService:
         self.faults: list[Fault] = []
         self._last: dict[str, Any] = {}
         """The last result's service-side figures (cache, isolation), for health()."""
-        spare = set(self._allowed()) - set(self.cpus)
+        spare = set(usable_cpus()) - set(self.cpus)
         self._prestarter = Prestarter(self.device, cpus=spare or None, netns=isolation.netns_wanted()) \
             if prestart else None
         self._start()
-        if self._prestarter is not None:
-            self._prestarter.replenish()
+        self._replenish(warm=True)
 
     # -- set-up ----------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _allowed() -> list[int]:
-        try:
-            return sorted(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            return []
 
     def _groups(self) -> list[dict[str, Any]]:
         public, hidden = ("cuda", "heldout") if self.device == "cuda" else ("cpu", "heldout_cpu")
@@ -442,8 +441,9 @@ class EvaluationService:
                        "slab_to_worker": str(worker.slabs / "to_worker.slab"),
                        "slab_to_service": str(worker.slabs / "to_service.slab")}, worker.service_fds)
             worker.release_service_fds()
-            if self.device == "cpu":
-                self._replenish()  # no timing to disturb: the next process starts while this one runs
+            # The next candidate process imports while this evaluation runs (its CPUs are not the timing ones);
+            # it touches the GPU only once timing is over (warm, from the watch), at once on the CPU.
+            self._replenish(warm=self.device == "cpu")
             watch = _Watch(self, proc, worker, sub, eval_id, timeout_s, on_stage)
             outcome = watch.run()
             if isinstance(outcome, Outcome):
@@ -453,14 +453,18 @@ class EvaluationService:
             return outcome
         finally:
             worker.discard(keep_dir=keep)
-            self._replenish()
+            self._replenish(warm=True)
 
-    def _replenish(self) -> None:
-        if self._prestarter is not None and not self._closed:
-            try:
-                self._prestarter.replenish()
-            except OSError:
-                pass  # no processes to spare now: the next evaluation starts its own
+    def _replenish(self, *, warm: bool) -> None:
+        """Have a candidate process waiting for the next evaluation; warm: let it touch the GPU now."""
+        if self._prestarter is None or self._closed:
+            return
+        try:
+            self._prestarter.replenish()
+        except OSError:
+            return  # no processes to spare now: the next evaluation starts its own
+        if warm:
+            self._prestarter.warm()
 
     # -- reporting and shutdown -----------------------------------------------------------------------------
 
@@ -560,7 +564,7 @@ class _Watch:
                     self.on_stage(dict(self.stage))
                 if self.stage.get("stage") == "profile" and not self.replenished:
                     self.replenished = True
-                    self.owner._replenish()  # timing is over: a starting process cannot disturb it now
+                    self.owner._replenish(warm=True)  # timing is over: the next process cannot disturb it now
             elif kind == "limits":
                 self.limit_s = float(msg["evaluation_s"])
             elif kind == "fault" and msg.get("idle"):

@@ -46,16 +46,18 @@ def block_size(est_ms: float, device: str) -> int:
 
 
 def pin_cpu(cpu: int | None) -> int | None:
-    """Pin this process to one CPU (so host launch overhead does not migrate); returns it, or None when the CPU
-    is not one this process may use (or pinning is not supported here)."""
+    """Pin this process to one CPU (so host launch overhead does not migrate); returns it, or None when the
+    machine does not let this process run there (or pinning is not supported here).
+
+    The CPU need not be in the current mask (a waiting candidate process is kept off the timing CPUs until its
+    evaluation), only in what the machine allows.
+    """
     if cpu is None:
         return None
     try:
-        if cpu not in os.sched_getaffinity(0):
-            return None
         os.sched_setaffinity(0, {cpu})
         return cpu
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, OverflowError):
         return None
 
 

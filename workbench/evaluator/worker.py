@@ -438,10 +438,13 @@ def _preload_gluon() -> None:
 
 
 def main() -> int:
-    """Entry point: isolate, import torch and triton (and warm up the device), say ready, then wait for the config.
+    """Entry point: isolate and import (no GPU yet), wait to be told to warm up or configured, warm the device up,
+    say ready, then read the config.
 
     Everything before the configuration depends only on the device, so the process can be started before anyone
-    knows which candidate it will run (workbench.evaluator.prestart); the candidate is named in the configuration.
+    knows which candidate it will run (workbench.evaluator.prestart). It starts in two parts: imports, which touch
+    no GPU and may overlap another evaluation's timing, then (on a "warm" line on stdin, or with the config) the
+    CUDA context and Triton's first launch, which wait until nothing is being timed.
     """
     faulthandler.enable()
     args = sys.argv[1:]
@@ -465,30 +468,28 @@ def main() -> int:
     import triton.language  # noqa: F401
 
     _preload_gluon()
-    warming = None
-    if device == "cuda":
-        from workbench.evaluator import warm
-
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.cuda.init()  # the context is made while the service sets up, not at the first request
-        warming = warm.start("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     # The worker's own modules, imported before the candidate so its sys.modules diff sees only its own imports.
-    from workbench.evaluator import diagnose, inputs, loading, slab, timing, wire  # noqa: F401
+    from workbench.evaluator import diagnose, inputs, loading, slab, timing, warm, wire  # noqa: F401
+    from workbench.evaluator.prestart import WARM_LINE
     from workbench.evaluator.guards import runtime  # noqa: F401
 
-    if warming is not None:
-        # Ready means warm: a candidate's first call must not wait for our warm-up, and no thread of ours may be
-        # alive when the thread check runs.
-        warming.join()
+    imported = time.perf_counter()
+    first = sys.stdin.buffer.readline()
+    if not first.strip():
+        return 0  # a pre-started process that was never used
+    text = b"" if first.strip() == WARM_LINE else first
+    if device == "cuda":
+        warm.touch("cuda")  # the context and Triton's first launch, in the main thread: no thread of ours remains
     try:
         wire.write_frame(fd_out, wire.dump_json({"ready": True, "netns": isolated, "netns_note": note,
-                                                 "import_s": round(time.perf_counter() - started, 3)}))
+                                                 "import_s": round(imported - started, 3)}))
     except OSError:
         return 0  # nobody will ever use this process
-    text = sys.stdin.read()
+    text += sys.stdin.buffer.read()
     if not text.strip():
-        return 0  # a pre-started process that was never used
+        return 0
     cfg = json.loads(text)
     if cfg["device"] != device:
         print(f"worker started for {device} but configured for {cfg['device']}", file=sys.stderr)
