@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,26 +59,35 @@ def _summary(result: dict[str, Any], wall: float) -> dict[str, Any]:
     }
 
 
-def fresh(device: str) -> dict[str, Any]:
-    """The first kda evaluation with empty caches, then a second service on the warm caches."""
-    out: dict[str, Any] = {}
+def fresh(device: str, out: dict[str, Any]) -> dict[str, Any]:
+    """The first kda evaluation with empty caches, then a second service on the warm caches; every step the
+    service announces is kept with its time, so a run cut short still shows where the time went."""
     task = load_task("kda")
     for label in ("first", "second"):
         started = time.monotonic()
+        steps: list[tuple[float, str]] = []
+        out[label] = {"steps": steps}
+
+        def note(stage: dict[str, Any], started: float = started, steps: list = steps) -> None:
+            name = stage.get("stage", "?") + (f":{stage['shape']}" if "shape" in stage else "")
+            if not steps or steps[-1][1] != name:
+                steps.append((round(time.monotonic() - started, 2), name))
+
         with EvaluationService(task, device, prepare_heldout=False) as service:
-            result = service.evaluate(_file("kda", OURS["kda"]))
-        out[label] = _summary(result, time.monotonic() - started)
+            result = service.evaluate(_file("kda", OURS["kda"]), on_stage=note)
+        out[label].update(_summary(result, time.monotonic() - started))
     return out
 
 
-def loop(device: str, tasks: list[str], rounds: int, think: float, hangs: bool) -> dict[str, Any]:
+def loop(device: str, tasks: list[str], rounds: int, think: float, hangs: bool,
+         out: dict[str, Any]) -> dict[str, Any]:
     """Candidates in turn through one service per task, an agent's think time between them; with hangs, the
     softmax service then gets the two hanging candidates and one more good one."""
-    out: dict[str, Any] = {}
     for name in tasks:
         task = load_task(name)
         files = [_file(name, OURS[name]), _file(name, "seed.py")] * rounds + [_file(name, OURS[name])]
-        evals = []
+        evals: list[dict[str, Any]] = []
+        out[name] = {"evaluations": evals}
         started = time.monotonic()
         with EvaluationService(task, device, prepare_heldout=False) as service:
             for path in files:
@@ -171,22 +181,28 @@ def main() -> int:
         scratch = Path(tempfile.mkdtemp(prefix="eval-throughput-"))
         os.environ["TRITON_CACHE_DIR"] = str(scratch / "triton")
         os.environ["XDG_CACHE_HOME"] = str(scratch / "xdg")
-    steps = {"fresh": lambda: fresh(args.device),
-             "loop": lambda: loop(args.device, tasks, args.rounds, args.think, "hang" in chosen),
-             "old": lambda: old(args.device, args.old_root, tasks) if args.old_root else {"skipped": "no --old-root"}}
-    for name in ("fresh", "loop", "old"):
-        if name not in chosen:
-            continue
-        t0 = time.monotonic()
-        try:
-            report["sections"][name] = steps[name]()
-        except Exception as exc:  # noqa: BLE001 - one section's failure must not lose the others' figures
-            report["sections"][name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        report["sections"][name + "_s"] = round(time.monotonic() - t0, 1)
+    steps = {"fresh": lambda out: fresh(args.device, out),
+             "loop": lambda out: loop(args.device, tasks, args.rounds, args.think, "hang" in chosen, out),
+             "old": lambda out: old(args.device, args.old_root, tasks) if args.old_root else {"skipped": "no --old-root"}}
+    # A run cut short by its caller's timeout still writes what it measured so far.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
+    try:
+        for name in ("fresh", "loop", "old"):
+            if name not in chosen:
+                continue
+            t0 = time.monotonic()
+            section: dict[str, Any] = {}
+            report["sections"][name] = section
+            try:
+                section.update(steps[name](section))
+            except Exception as exc:  # noqa: BLE001 - one section's failure must not lose the others' figures
+                section.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+            report["sections"][name + "_s"] = round(time.monotonic() - t0, 1)
+            Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+            print(f"[{name}] done in {report['sections'][name + '_s']} s", flush=True)
+    finally:
+        report["agreement"] = agreement(report["sections"])
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
-        print(f"[{name}] done in {report['sections'][name + '_s']} s", flush=True)
-    report["agreement"] = agreement(report["sections"])
-    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
     for name, data in (report["sections"].get("loop") or {}).items():
         if isinstance(data, dict) and "evaluations" in data:
             walls = " ".join(f"{e['file']}:{e['wall_s']:.1f}s/{e['verdict']}" for e in data["evaluations"])

@@ -94,7 +94,7 @@ def test_speedup_interval_and_geomean():
 
 
 def test_stop_rule_waits_for_precision_within_bounds():
-    rule = stats.StopRule(target=0.01, min_reps=40, min_blocks=4, max_reps=600, max_side_ms=1000.0)
+    rule = stats.StopRule(target=0.01, min_reps=40, min_blocks=4, max_reps=600, max_side_ms=1000.0, max_wall_s=1.0)
     steady = [1.0] * 40
     assert not rule.done(steady[:20], steady[:20], 2), "too few reps and blocks"
     assert not rule.done(steady, steady, 3), "too few blocks"
@@ -103,6 +103,20 @@ def test_stop_rule_waits_for_precision_within_bounds():
     assert not rule.done(noisy, noisy, 5), "a wide interval keeps timing"
     assert rule.done(noisy * 15, noisy * 15, 60), "until the rep ceiling"
     assert rule.done([600.0, 500.0], [1.0, 1.0], 1), "or the time ceiling"
+    assert rule.done(noisy, noisy, 5, wall_s=1.5) and not rule.done(noisy, noisy, 5, wall_s=0.5), "or wall time"
+    assert not rule.done(noisy[:4], noisy[:4], 1, wall_s=9.0), "but never before the floor of reps and blocks"
+
+
+def test_precompile_processes_split_the_configs_between_them():
+    from workbench.evaluator.precompile import _CompileOnly
+
+    launched: list[tuple[int, int]] = []
+    shares = [_CompileOnly(i, 3) for i in range(3)]
+    for i, bench in enumerate(shares):
+        for config in range(7):
+            got = bench(lambda i=i, config=config: launched.append((i, config)), quantiles=(0.5, 0.2, 0.8))
+            assert got == ([1.0] * 3 if config % 3 == i else [float("inf")] * 3)
+    assert sorted(c for _, c in launched) == list(range(7)), "every config compiled exactly once among them"
 
 
 def test_limits_follow_the_baseline_with_a_floor():
@@ -220,10 +234,12 @@ def test_a_candidate_process_holds_no_secrets_and_no_network(monkeypatch):
         ready = json.loads(wire.read_frame(worker.service_fds[1], 1 << 20))
         environ = Path(f"/proc/{worker.pid}/environ").read_bytes()
         assert b"sk-secret" not in environ and b"ANTHROPIC" not in environ
-        on, _ = isolation.probe_network_namespace()
+        on, detail = isolation.probe_network_namespace()
         assert ready["netns"] is on
         if on:
             assert os.readlink(f"/proc/{worker.pid}/ns/net") != os.readlink("/proc/self/ns/net")
+        else:  # off only for a reason the machine gives, which doctor prints
+            assert detail.startswith(("unshare refused", "switched off", "not Linux")), detail
     finally:
         worker.discard()
 
@@ -236,14 +252,14 @@ def softmax():
     return load_task("softmax")
 
 
-def test_one_service_serves_many_candidates_and_computes_the_oracle_once(softmax):
-    with EvaluationService(softmax, "cpu", prepare_heldout=False) as service:
+def test_one_service_serves_many_candidates_and_computes_the_oracle_once(small):
+    with EvaluationService(small, "cpu", prepare_heldout=False) as service:
         first = service.evaluate(SEED)
         second = service.evaluate(SEED)
         crash = service.evaluate(SEGFAULT)
         third = service.evaluate(SEED)
         health = service.health()
-    pool = len(softmax.shapes["cpu"]) * 3
+    pool = len(small.shapes["cpu"]) * 3
     assert first["verdict"] == second["verdict"] == third["verdict"] == "ok", first["message"]
     assert first["cache"]["hits"] + first["cache"]["misses"] == pool
     assert second["cache"] == {**second["cache"], "hits": pool, "misses": 0}, "the pool's oracle outputs are kept"
@@ -252,13 +268,13 @@ def test_one_service_serves_many_candidates_and_computes_the_oracle_once(softmax
     assert first["service"]["pid"] == third["service"]["pid"], "a candidate's crash does not touch the service"
     assert health.evaluations == 4 and health.restarts == 0 and health.faults == [] and health.alive
     assert first["seeding"] == {"secret": True, "pool": 3, "fresh_sets": 2, "refresh_every": 8}
-    assert first["limits"]["shapes"]["C1"]["call_s"] == limits.FLOOR_S["cpu"]
+    assert first["limits"]["shapes"]["C2"]["call_s"] == limits.FLOOR_S["cpu"]
     for shape in first["shapes"]:
         assert shape["seeds_checked"] == 3 and shape["spot_checks"] >= 1 and shape["revalidated"]
 
 
-def test_a_service_that_dies_mid_evaluation_is_restarted_and_the_evaluation_run_once_more(softmax):
-    with EvaluationService(softmax, "cpu", prepare_heldout=False) as service:
+def test_a_service_that_dies_mid_evaluation_is_restarted_and_the_evaluation_run_once_more(small):
+    with EvaluationService(small, "cpu", prepare_heldout=False) as service:
         killed: list[int] = []
 
         def kill_once(stage: dict) -> None:
@@ -274,8 +290,8 @@ def test_a_service_that_dies_mid_evaluation_is_restarted_and_the_evaluation_run_
     assert result["service"]["reruns"] == 1 and result["service"]["pid"] != killed[0]
 
 
-def test_a_service_that_dies_twice_is_a_clear_error(softmax):
-    with EvaluationService(softmax, "cpu", prepare_heldout=False) as service:
+def test_a_service_that_dies_twice_is_a_clear_error(small):
+    with EvaluationService(small, "cpu", prepare_heldout=False) as service:
         def kill(stage: dict) -> None:
             if stage["stage"] == "forward":
                 os.kill(service.health().pid, signal.SIGKILL)
@@ -286,22 +302,35 @@ def test_a_service_that_dies_twice_is_a_clear_error(softmax):
 
 
 def _task_copy(tmp_path: Path, name: str, reference: str | None = None, baseline: str | None = None):
+    """softmax with two interpreter shapes (C2, C3: odd sizes, one row longer than a block), under another name,
+    its reference or baseline extended with the given source."""
     folder = tmp_path / name
     shutil.copytree(ROOT / "kernels" / "softmax", folder)
     text = (folder / "task.toml").read_text().replace('name = "softmax"', f'name = "{name}"')
-    (folder / "task.toml").write_text(text)
+    head, *cpu = text.split("[[shapes.cpu]]")
+    tail = cpu[-1][cpu[-1].index("[[shapes.heldout]]"):]
+    kept = [block for block in cpu if 'name = "C2"' in block or 'name = "C3"' in block]
+    kept[-1] = kept[-1].split("[[shapes.heldout]]")[0]
+    (folder / "task.toml").write_text(head + "".join("[[shapes.cpu]]" + b for b in kept) + tail)
     if reference is not None:
         (folder / "reference.py").write_text((folder / "reference.py").read_text() + reference)
     if baseline is not None:
         (folder / "baseline.py").write_text((folder / "baseline.py").read_text() + baseline)
-    return load_task(name, tmp_path)
+    task = load_task(name, tmp_path)
+    assert [s.name for s in task.shapes["cpu"]] == ["C2", "C3"]
+    return task
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return _task_copy(tmp_path_factory.mktemp("tasks"), "small")
 
 
 def test_a_baseline_that_fails_on_a_shape_is_a_service_error(tmp_path):
     task = _task_copy(tmp_path, "brokenbase", baseline=(
         "\n\ndef forward(x):\n    raise RuntimeError('autotuning found no config that fits (out of resources)')\n"))
     with EvaluationService(task, "cpu", prepare_heldout=False) as service:
-        with pytest.raises(EvalServiceError, match=r"baseline torch.softmax failed on shape C1: RuntimeError: "
+        with pytest.raises(EvalServiceError, match=r"baseline torch.softmax failed on shape C2: RuntimeError: "
                                                    r"autotuning found no config"):
             service.evaluate(SEED)
         kinds = [f.kind for f in service.health().faults]
@@ -332,7 +361,7 @@ def test_an_oracle_always_out_of_memory_is_a_service_error(tmp_path):
     task = _task_copy(tmp_path, "oomalways", reference=(
         "\n\ndef forward(x):\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 GiB')\n"))
     with EvaluationService(task, "cpu", prepare_heldout=False) as service:
-        with pytest.raises(EvalServiceError, match="oracle: the oracle ran out of memory on shape C1"):
+        with pytest.raises(EvalServiceError, match="oracle: the oracle ran out of memory on shape C2"):
             service.evaluate(SEED)
 
 

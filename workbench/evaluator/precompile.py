@@ -25,13 +25,26 @@ MARKER = "workbench-precompiled-{}"
 """Left in the trusted Triton cache once a baseline's configs are compiled there (by task hash)."""
 
 
-def _compile_only(kernel_call: Any, quantiles: Any = None, **_: Any) -> Any:
-    """The autotuner's benchmark, replaced: one launch (which compiles), one synchronise, a constant time."""
-    import torch
+class _CompileOnly:
+    """The autotuner's benchmark, replaced: the share-th of every `shares` configs is launched once (which compiles
+    it) and reported at a constant time; the others are skipped as if they did not fit, so several processes split
+    one shape's configs between them. The autotuner then launches the best one, compiled by construction."""
 
-    kernel_call()
-    torch.cuda.synchronize()
-    return [1.0, 1.0, 1.0] if quantiles is not None else 1.0
+    def __init__(self, share: int, shares: int):
+        self.share, self.shares = share, shares
+        self.calls = 0
+
+    def __call__(self, kernel_call: Any, quantiles: Any = None, **_: Any) -> Any:
+        import torch
+
+        mine = self.calls % self.shares == self.share
+        self.calls += 1
+        if mine:
+            kernel_call()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        value = 1.0 if mine else float("inf")
+        return [value] * 3 if quantiles is not None else value
 
 
 def marker_path(task_hash: str) -> Path:
@@ -42,17 +55,21 @@ def marker_path(task_hash: str) -> Path:
 
 
 def spawn(cfg: dict[str, Any], shapes: list[dict[str, Any]]) -> list[subprocess.Popen]:
-    """One precompile process per shape (trusted environment, Triton's cache shared with the service)."""
+    """Precompile processes for every shape, the CPUs shared out: each shape's configs split over as many
+    processes as there are CPUs for it (trusted environment, Triton's cache shared with the service)."""
     from workbench.evaluator import isolation
 
     env = {**isolation.trusted_env(), **ENV, "PYTHONUNBUFFERED": "1"}
+    shares = max(1, (len(os.sched_getaffinity(0)) - 2) // max(1, len(shapes)))
     procs = []
     for params in shapes:
-        proc = subprocess.Popen([sys.executable, "-m", "workbench.evaluator.precompile"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        proc.stdin.write(json.dumps({**cfg, "params": params}).encode())  # type: ignore[union-attr]
-        proc.stdin.close()  # type: ignore[union-attr]
-        procs.append(proc)
+        for share in range(shares):
+            proc = subprocess.Popen([sys.executable, "-m", "workbench.evaluator.precompile"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+            job = {**cfg, "params": params, "share": share, "shares": shares}
+            proc.stdin.write(json.dumps(job).encode())  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+            procs.append(proc)
     return procs
 
 
@@ -64,7 +81,8 @@ def main() -> int:
 
     from workbench.evaluator.loading import import_file
 
-    triton.testing.do_bench = _compile_only  # Triton's CUDA driver fetches its benchmarker from here per call
+    # Triton's CUDA driver fetches its benchmarker from here whenever an autotuner first benchmarks.
+    triton.testing.do_bench = _CompileOnly(int(cfg.get("share", 0)), int(cfg.get("shares", 1)))
     sys.path.insert(0, cfg["task_dir"])
     started = time.perf_counter()
     reference = import_file(cfg["reference"], "workbench_task_reference")

@@ -6,10 +6,10 @@ candidate it will run: it isolates itself, imports and warms up, says "ready" on
 reading its configuration on stdin. An evaluation takes a ready worker, writes the configuration, and the worker
 serves that evaluation only. Nothing of one candidate can reach the next, since no worker outlives its evaluation.
 
-A `Prestarter` keeps one such worker per evaluation service. It starts the next one only when asked (`replenish`),
-which the service does once the current evaluation's timed phases are over, so a starting worker cannot disturb a
-measurement; its CPUs are the ones the timing processes do not use. A worker left unused exits when its stdin
-closes (the owner closes it, or dies).
+A `Prestarter` keeps one such worker per evaluation service. The service starts the next one as soon as the current
+evaluation has its own (`replenish`): it imports on CPUs the timing processes do not use and touches no GPU until
+told (`warm`), which the service does once the current evaluation's timing is over (a context created during a
+timed block disturbs it). A worker left unused exits when its stdin closes (the owner closes it, or dies).
 """
 
 from __future__ import annotations

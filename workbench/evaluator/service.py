@@ -563,8 +563,11 @@ class _Watch:
                 if self.on_stage is not None and msg.get("eval") == self.eval_id:
                     self.on_stage(dict(self.stage))
                 if self.stage.get("stage") == "profile" and not self.replenished:
+                    # Timing is over: the next candidate process may create its context and launch now. Earlier
+                    # (at the first correctness call) it disturbed the next shape's timing on the H200: MLA M1's
+                    # launch-bound baseline went from +-1.4% to +-60% (2026-12-01).
                     self.replenished = True
-                    self.owner._replenish(warm=True)  # timing is over: the next process cannot disturb it now
+                    self.owner._replenish(warm=True)
             elif kind == "limits":
                 self.limit_s = float(msg["evaluation_s"])
             elif kind == "fault" and msg.get("idle"):

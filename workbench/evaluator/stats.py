@@ -89,24 +89,31 @@ def geomean_ci(cis: list[RatioCI]) -> RatioCI | None:
 
 @dataclass(frozen=True)
 class StopRule:
-    """When interleaved timing of one shape may stop: precise enough, or out of reps or time."""
+    """When interleaved timing of one shape may stop: precise enough, or out of reps or time.
+
+    Measured on the H200 (2026-12-01): a launch-bound baseline's event times spread so widely (MLA M1, M2) that
+    600 reps still leave the speedup at +-1-4%, and every rep costs its refill, flush and gate beyond the kernel;
+    so the wall time a shape may take is bounded too, and the result says how precise it got.
+    """
 
     target: float = 0.01
     """Stop once the speedup's interval is within +-target (relative)."""
-    min_reps: int = 40
-    """Never fewer reps per side: the interval of a handful of reps is too optimistic about the tail."""
-    min_blocks: int = 4
+    min_reps: int = 10
+    """Never fewer reps per side: fewer order statistics leave no interval narrower than the sample."""
+    min_blocks: int = 3
     """Never fewer interleaved blocks per side, so a drifting clock is seen by both sides."""
     max_reps: int = 600
     """Never more reps per side (a noisy GPU still ends)."""
     max_side_ms: float = 20_000.0
     """Never more measured time per side than this (a very slow candidate has lost anyway)."""
+    max_wall_s: float = 1.0
+    """Never more wall time on one shape's interleaved blocks once min_reps and min_blocks are in."""
 
-    def done(self, baseline: list[float], candidate: list[float], blocks: int) -> bool:
-        """True when timing may stop after `blocks` blocks per side."""
+    def done(self, baseline: list[float], candidate: list[float], blocks: int, wall_s: float = 0.0) -> bool:
+        """True when timing may stop after `blocks` blocks per side and wall_s seconds on this shape."""
         reps = min(len(baseline), len(candidate))
         if reps >= self.max_reps or max(sum(baseline), sum(candidate)) >= self.max_side_ms:
             return True
         if reps < self.min_reps or blocks < self.min_blocks:
             return False
-        return ratio_ci(baseline, candidate).rel_halfwidth <= self.target
+        return wall_s >= self.max_wall_s or ratio_ci(baseline, candidate).rel_halfwidth <= self.target

@@ -14,9 +14,11 @@ from workbench.evaluator import limits
 from workbench.evaluator.phases.context import Evaluation
 from workbench.evaluator.phases.measurement import spot_check
 
-MIN_REPS = 50
-"""Replays per side per shape at least (half the event reps otherwise)."""
-MAX_BLOCKS = 10
+MIN_REPS, MAX_REPS = 20, 100
+"""Replays per side per shape: half the event reps, within these bounds (replays vary far less than eager calls)."""
+TARGET_MS = 150.0
+"""... and no more replays than about this much GPU time per side (a slow kernel needs few)."""
+MAX_BLOCKS = 5
 """Interleaved blocks per side at most."""
 
 
@@ -30,10 +32,10 @@ def time_graph(ev: Evaluation, row: dict[str, Any], order: int) -> dict[str, Any
     where = {"group": row["group"], "shape": row["name"]}
     indices = [s.index for s in kept.sets]
     timer = service.timer
-    reps = max(MIN_REPS, int(row.get("reps") or 0) // 2)
-    blocks = max(1, min(MAX_BLOCKS, int(row.get("blocks") or 1)))
-    per_block = max(1, math.ceil(reps / blocks))
     est = max(float(row.get("ms") or 0.0), float(row.get("baseline_ms") or 0.0))
+    reps = min(MAX_REPS, max(MIN_REPS, int(row.get("reps") or 0) // 2), max(5, math.ceil(TARGET_MS / max(est, 1e-3))))
+    blocks = max(1, min(MAX_BLOCKS, int(row.get("blocks") or 1), reps))
+    per_block = max(1, math.ceil(reps / blocks))
     block_s = limits.block_limit(per_block, est, ev.device)
     sides = ["candidate", "baseline"] if order % 2 == 0 else ["baseline", "candidate"]
     base_buf = inputs_mod.clone(kept.sets[0].inputs)

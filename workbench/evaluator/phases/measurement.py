@@ -11,6 +11,7 @@ the stated precision (stats.StopRule), with a floor of reps and blocks and a cei
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from workbench.evaluator import limits
@@ -115,6 +116,7 @@ def time_shape(ev: Evaluation, row: dict[str, Any], order: int) -> dict[str, Any
     after = indices[0]
     blocks = 0
     block_s = limits.block_limit(per_block + 1, est, ev.device)
+    started = time.monotonic()
     while True:
         plan = ev.plan(per_block, indices, previous)
         previous = plan[-1]
@@ -147,7 +149,8 @@ def time_shape(ev: Evaluation, row: dict[str, Any], order: int) -> dict[str, Any
                 else:
                     base_wall += ms
         blocks += 1
-        if problem or (blocks >= timing.CPU_BLOCKS if not cuda else rule.done(base_ms, cand_ms, blocks)):
+        if problem or (blocks >= timing.CPU_BLOCKS if not cuda else
+                       rule.done(base_ms, cand_ms, blocks, time.monotonic() - started)):
             break
     reply = ev.ask({"op": "output", "key": key}, "revalidate", shape.limits.call_s, **where)
     if not reply["ok"]:
