@@ -263,7 +263,6 @@ def test_one_service_serves_many_candidates_and_computes_the_oracle_once(small):
     assert first["verdict"] == second["verdict"] == third["verdict"] == "ok", first["message"]
     assert first["cache"]["hits"] + first["cache"]["misses"] == pool
     assert second["cache"] == {**second["cache"], "hits": pool, "misses": 0}, "the pool's oracle outputs are kept"
-    assert "oracle" not in second["phases_s"] or second["phases_s"]["oracle"] < first["phases_s"]["oracle"]
     assert crash["verdict"] == "crash" and "SIGSEGV" in crash["message"]
     assert first["service"]["pid"] == third["service"]["pid"], "a candidate's crash does not touch the service"
     assert health.evaluations == 4 and health.restarts == 0 and health.faults == [] and health.alive
