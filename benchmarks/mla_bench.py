@@ -84,21 +84,30 @@ def correctness(quick: bool) -> list[dict]:
         shape = next(s for s in TASK["shapes"]["heldout"] if s["name"] == sname)
         inputs = REF.make_inputs(shape["params"], 7, "cuda")
         ref = REF.forward(**inputs)
-        b, h, _ = inputs["q"].shape
-        n = inputs["kv_cache"].shape[1]
         for forced in (1, 2, 4, 16, 64, 128):
-            splits, split_len = OURS.split_plan(b, h, n, inputs["q"].device, forced)
-            o = torch.full((b, h, 512), float("nan"), dtype=inputs["q"].dtype, device="cuda")
-            lse = torch.full((b, h), float("nan"), device="cuda")
-            op, lp = OURS.partial_buffers(b, h, splits, inputs["q"].device, inputs["q"].dtype)
-            op.fill_(float("nan"))
-            lp.fill_(float("nan"))
-            OURS.attend_into(**inputs, o=o, lse=lse, o_part=op, lse_part=lp, splits=splits, split_len=split_len)
+            splits, o, lse = forced_split_run(inputs, forced)
             torch.cuda.synchronize()
             e_o, e_l = rel_rms(o, ref[0]), rel_rms(lse, ref[1])
             rows.append({"impl": f"ours(S={splits})", "shape": sname, "kind": "forced", "seed": 7, "err_o": e_o,
                          "err_lse": e_l, "ok": e_o <= TOL["o"] and e_l <= TOL["lse"], "dtype_ok": True})
     return rows
+
+
+def forced_split_run(inputs: dict, forced: int, config: dict | None = None) -> tuple:
+    """Our kernel at a forced split count, into NaN-filled outputs and scratch (attend_into), as (splits, o, lse):
+    an element never written, or an empty split's scratch merged, then shows as NaN. Paged caches included."""
+    q, kv, table = inputs["q"], inputs["kv_cache"], inputs.get("block_table")
+    b, h, _ = q.shape
+    n = kv.shape[1] if table is None else table.shape[1] * kv.shape[1]
+    splits, split_len = OURS.split_plan(b, h, n, q.device, forced, config=config)
+    o = torch.full((b, h, 512), float("nan"), dtype=q.dtype, device=q.device)
+    lse = torch.full((b, h), float("nan"), device=q.device)
+    op, lp = OURS.partial_buffers(b, h, splits, q.device, q.dtype)
+    op.fill_(float("nan"))
+    lp.fill_(float("nan"))
+    OURS.attend_into(**inputs, o=o, lse=lse, o_part=op, lse_part=lp, splits=splits, split_len=split_len,
+                     config=config)
+    return splits, o, lse
 
 
 def _input_sets(params: dict, count: int) -> list[dict]:

@@ -10,6 +10,7 @@ Run: PYTHONPATH=. python benchmarks/mla_compile_check.py [--splits 4] [--dump DI
 """
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -37,40 +38,42 @@ def _module(path: Path = KERNEL):
 
 
 def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stages: int = 0, pdl: bool = False,
-                   kernel_file: Path = KERNEL, store: str = ""):
-    """The stage-1 kernel compiled for sm_90 with the descriptors and arguments its launcher builds at B=2, H=64;
-    `fused` compiles the variant that merges its splits itself, block_n/stages another tile ring (0: CONFIG's),
-    kernel_file a patched copy of the kernel (benchmarks/mla_trace.py's), store how o is written ("lsu" or "tma";
-    empty: CONFIG's)."""
+                   kernel_file: Path = KERNEL, store: str = "", paged: bool = False):
+    """The stage-1 kernel compiled for sm_90 with the arguments its launcher builds (the module's own _gluon_args
+    over cached descriptors, as a warm call passes them) at B=2, H=64; `fused` compiles the variant that merges its
+    splits itself, block_n/stages another tile ring (0: CONFIG's), kernel_file a patched copy of the kernel
+    (benchmarks/mla_trace.py's), store how o is written ("lsu" or "tma"; empty: CONFIG's), paged a cache of 64-row
+    pages read through a block table."""
     ours = _module(kernel_file)
     kernel = ours._mla_split_attend_ws
-    cfg = ours.CONFIG
-    tma_store = (store or cfg["STORE"]) == "tma"
+    cfg = {"STORE": store or ours.CONFIG["STORE"]}
+    if block_n:
+        cfg["BLOCK_N"] = block_n
+    if stages:
+        cfg["num_stages"] = stages
     batch, heads, n = 2, 64, 256
-    block, stages = block_n or cfg["BLOCK_N"], stages or cfg["num_stages"]
-    q = torch.zeros(batch * heads, 576, dtype=torch.bfloat16)
-    kv = torch.zeros(batch * n, 576, dtype=torch.bfloat16)
-
-    def desc(t, rows, cols):
-        return ours.GluonDescriptor.from_tensor(t, [rows, cols], ours._smem_layout(rows, cols))
-
-    out = torch.zeros(batch * heads * splits, 512, dtype=torch.bfloat16)
-    lse = torch.zeros(batch * heads * splits)
-    final = torch.zeros(batch, heads, 512, dtype=torch.bfloat16)
-    s_pad, upi, wu = ours.merge_tile(splits)
-    o_desc = desc(out.view(batch * heads, splits * 512), 64, 64) if tma_store else desc(q, 64, 512)
-    args = (desc(q, 64, 512), desc(q, 64, 64), desc(kv, block, 512), desc(kv, block, 64), o_desc,
-            torch.zeros(batch, dtype=torch.int32), out, lse, n // splits, heads, n, 0.1,
-            heads * splits * 512, splits * 512, 512, heads * splits, splits, 1,
-            torch.zeros(8, dtype=torch.int32), final, torch.zeros(batch, heads), heads * 512, 512, splits)
-    consts = dict(BLOCK_N=block, BLOCK_H=64, STAGES=stages, SINGLE=False,
-                  CONSUMER_REGS=ours.GLUON_CONSUMER_REGS, FUSED=fused, S_PAD=s_pad, UPI=upi,
-                  MERGE_WU=wu, PDL=pdl, TMA_STORE=tma_store)
+    q = torch.zeros(batch, heads, 576, dtype=torch.bfloat16)
+    seqlens = torch.full((batch,), n, dtype=torch.int32)
+    if paged:
+        kv = torch.zeros(batch * n // 64, 64, 576, dtype=torch.bfloat16)
+        table = torch.arange(batch * n // 64, dtype=torch.int32).view(batch, -1)
+    else:
+        kv, table = torch.zeros(batch, n, 576, dtype=torch.bfloat16), None
+    plan = ours._make_plan(q, kv, seqlens, table, splits, n // splits, cfg)
+    # gluon_ok says no on a machine without a GPU; everything else is what a Hopper call would plan.
+    plan = dataclasses.replace(plan, gluon=True, fused=fused, cached=True,
+                               tma_store=plan.cfg["STORE"] == "tma" and ours.tma_store_ok(heads, 64),
+                               merge_step=ours.merge_tile(splits) if fused else (1, 1, 1))
+    out, lse = ours.partial_buffers(batch, heads, splits, q.device, q.dtype)
+    final, final_lse = torch.zeros(batch, heads, 512, dtype=torch.bfloat16), torch.zeros(batch, heads)
+    sync = torch.zeros(8, dtype=torch.int32) if fused else None
+    descs = ours._descriptor_set(plan, q, kv, out)
+    args = ours._gluon_args(plan, descs, seqlens, table, 0.1, out, lse, sync, final, final_lse, pdl)
     options = dict(num_warps=4, maxnreg=ours.GLUON_MAXNREG)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, specialization, parsed = binder(*args, **consts, **options)
+    bound, specialization, parsed = binder(*args, **options)
     opts, signature, constexprs, attrs = kernel._pack_args(backend, options, bound, specialization, parsed)
     return triton_compile(GluonASTSource(kernel, signature, constexprs, attrs), target=target,
                           options=opts.__dict__)
@@ -110,6 +113,7 @@ def main() -> int:
     parser.add_argument("--stages", type=int, default=0, help="tile ring depth (default: CONFIG's)")
     parser.add_argument("--pdl", action="store_true", help="stage 1 releases stage 2's launch early")
     parser.add_argument("--store", choices=["lsu", "tma"], default="", help="how o is written (default: CONFIG's)")
+    parser.add_argument("--paged", action="store_true", help="a cache of 64-row pages through a block table")
     parser.add_argument("--kernel", type=Path, default=KERNEL, help="a copy of the kernel module to compile")
     parser.add_argument("--dump", help="also write the kernel's ttgir and ptx into this folder")
     args = parser.parse_args()
@@ -117,7 +121,8 @@ def main() -> int:
         print("mla_compile_check: unset TRITON_INTERPRET (Gluon does not compile under the interpreter)",
               file=sys.stderr)
         return 2
-    compiled = compile_stage1(args.splits, args.fused, args.block_n, args.stages, args.pdl, args.kernel, args.store)
+    compiled = compile_stage1(args.splits, args.fused, args.block_n, args.stages, args.pdl, args.kernel, args.store,
+                              args.paged)
     if args.dump:
         folder = Path(args.dump)
         folder.mkdir(parents=True, exist_ok=True)

@@ -47,23 +47,21 @@ def _mark(SYNC, HALF: gl.constexpr, k: gl.constexpr):
 '''
 # (anchor line, occurrences, mark, indent): the mark goes on the line after the anchor.
 PATCHES = [
-    ("    b, s, hg, start, end, n_tiles, seqlen = _bounds(SEQLENS, split_len, BLOCK_N)\n", 2, 0, 4),
+    ("    b, s, hg, start, end, n_tiles, seqlen, base = _consumer_start(scalars, merge, BLOCK_N, FUSED)\n", 2, 0, 4),
     ("    mbarrier.wait(ready.index(0), 0)\n", 2, 1, 4),
     ("        sc = warpgroup_mma_wait(0, deps=[sc]) * qk_scale\n", 1, 2, 8),
     ("        mbarrier.wait(p_ready, j & 1)\n", 1, 2, 8),
     ("        _hand_off(pb, alpha, p_smem, x_smem, p_ready, p_free, j)\n", 1, 3, 8),
     ("        acc = warpgroup_mma_wait(0, deps=[acc])\n", 2, 4, 8),
     # the last lines of the two _store_half calls, inside `if n_tiles > 0:`
-    ("                    hg, H, o_sb, o_sh, o_ss, 0, BLOCK_H, TMA_STORE)\n", 1, 5, 8),
-    ("                    o_sb, o_sh, o_ss, 1, BLOCK_H, TMA_STORE)\n", 1, 5, 8),
+    ("                    hg, 0, BLOCK_H, TMA_STORE)\n", 1, 5, 8),
+    ("                    1, BLOCK_H, TMA_STORE)\n", 1, 5, 8),
 ]
 BARRIER_CALL = '''    _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
-    _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                HALF, BLOCK_H, S_PAD, UPI, WU)'''
+    _merge_half(seqlen, scalars, merge, b, s, hg, HALF, BLOCK_H, S_PAD, UPI, WU)'''
 STAMPED_CALL = '''    _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
     _mark(merge[0], HALF, 6)
-    _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                HALF, BLOCK_H, S_PAD, UPI, WU)
+    _merge_half(seqlen, scalars, merge, b, s, hg, HALF, BLOCK_H, S_PAD, UPI, WU)
     gl.thread_barrier()
     _mark(merge[0], HALF, 7)'''
 SHAPES = [("M1", {"B": 1, "H": 64, "N": 8192}, {"MERGE": "fused"}),

@@ -165,17 +165,8 @@ def check_variant(name: str, device: str = "cuda", shapes: list[tuple[str, dict]
         inputs = REF.make_inputs(params, 7, device)
         ref = REF.forward(**inputs)
         _poison_tail(inputs)
-        b, h, _ = inputs["q"].shape
-        n = inputs["kv_cache"].shape[1]
         for forced in FORCED_SPLITS:
-            splits, split_len = OURS.split_plan(b, h, n, inputs["q"].device, forced, config=cfg)
-            o = torch.full((b, h, 512), float("nan"), dtype=inputs["q"].dtype, device=device)
-            lse = torch.full((b, h), float("nan"), device=device)
-            op, lp = OURS.partial_buffers(b, h, splits, inputs["q"].device, inputs["q"].dtype)
-            op.fill_(float("nan"))
-            lp.fill_(float("nan"))
-            OURS.attend_into(**inputs, o=o, lse=lse, o_part=op, lse_part=lp, splits=splits, split_len=split_len,
-                             config=cfg)
+            splits, o, lse = BENCH.forced_split_run(inputs, forced, cfg)
             _sync(device)
             e_o, e_l, ok = _err(o, lse, ref)
             rows.append({"shape": f"{sname}/S={splits}", "err_o": e_o, "err_lse": e_l, "ok": ok})

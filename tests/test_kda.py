@@ -1,5 +1,6 @@
 """KDA task: oracle, seed and our chunked kernel under the Triton CPU interpreter (fp32, small odd shapes)."""
 
+import math
 import os
 
 import pytest
@@ -51,14 +52,60 @@ def test_make_inputs_is_deterministic_and_in_contract():
     assert torch.all(_inputs(0, B=1, T=5, H=1, K=16, V=16, gate="lower_bound")["g"] == -5)
 
 
-def test_oracle_matches_one_hand_step():
+@pytest.mark.parametrize("oracle", ["forward", "forward_recurrent"])
+def test_oracle_matches_one_hand_step(oracle):
     inp = _inputs(1, B=1, T=1, H=1, K=16, V=16)
-    o, s = REF.forward(**inp)
+    o, s = getattr(REF, oracle)(**inp)
     S = inp["initial_state"][0, 0].double() * inp["g"][0, 0, 0].double().exp()[:, None]
     k, v, q = inp["k"][0, 0, 0].double(), inp["v"][0, 0, 0].double(), inp["q"][0, 0, 0].double()
     S = S + inp["beta"][0, 0, 0].double() * torch.outer(k, v - S.T @ k)
     assert torch.allclose(s[0, 0].double(), S, atol=1e-6)
     assert torch.allclose(o[0, 0, 0].double(), S.T @ (q * inp["scale"]), atol=1e-6)
+
+
+# fp64 against fp64: the chunked form differs from the recurrence only by rounding (about 4e-16 seen)
+EXACT = 1e-12
+
+
+@pytest.mark.parametrize("params, chunk", [
+    ({"B": 1, "T": 1, "H": 2, "K": 16, "V": 16}, None),
+    ({"B": 1, "T": 37, "H": 2, "K": 16, "V": 32}, None),
+    ({"B": 2, "T": 150, "H": 3, "K": 32, "V": 16, "gate": "lower_bound"}, None),
+    ({"B": 2, "T": 130, "H": 1, "K": 16, "V": 16, "gate": "mild", "h0": False}, None),
+    ({"B": 1, "T": 100, "H": 2, "K": 16, "V": 16, "gate": "mild"}, 16),
+    ({"B": 3, "T": 64, "H": 1, "K": 32, "V": 16, "h0": False}, None),
+])
+def test_chunked_oracle_matches_the_recurrence(params, chunk):
+    """Odd T, T below one chunk, T = 1, whole chunks, h0 on and off, the g = -5 and mild gates, K != V, B > 1, and
+    short chunks (many of them, each boundary a hand-off of the state)."""
+    inp = _inputs(6, **params)
+    ro, rs = REF.recurrence(**inp)
+    o, s = REF.chunked(**inp, chunk=chunk)
+    assert ro.dtype == o.dtype == s.dtype == torch.float64
+    assert rel_rms(o, ro) < EXACT and rel_rms(s, rs) < EXACT
+
+
+def test_chunked_oracle_shortens_its_chunks_for_steep_gates():
+    """exp(-G) of one chunk must stay inside fp64's range: 64 tokens of g = -20 would span 1280 nats, so the chunk
+    shrinks (to 16 here); one token past 600 nats runs the recurrence instead. Both stay exact."""
+    inp = _inputs(7, B=1, T=90, H=1, K=16, V=16, gate="lower_bound")
+    inp["g"] = inp["g"] * 4.0
+    assert REF._chunk_len(inp["g"]) == 16
+    ro, rs = REF.recurrence(**inp)
+    o, s = REF.chunked(**inp)
+    assert rel_rms(o, ro) < EXACT and rel_rms(s, rs) < EXACT
+    inp["g"][0, 5, 0, 3] = -700.0
+    assert REF._chunk_len(inp["g"]) == 0
+    o, s = REF.chunked(**inp)
+    assert rel_rms(o, REF.recurrence(**inp)[0]) < EXACT
+
+
+def test_oracle_forward_is_the_chunked_form_in_task_dtypes():
+    inp = REF.make_inputs({"B": 1, "T": 70, "H": 2, "K": 16, "V": 16, "dtype": "bfloat16"}, 8, "cpu")
+    o, s = REF.forward(**inp)
+    co, cs = REF.chunked(**inp)
+    assert o.dtype == torch.bfloat16 and s.dtype == torch.float32
+    assert torch.equal(o, co.to(torch.bfloat16)) and torch.equal(s, cs.float())
 
 
 @pytest.mark.parametrize("params", [
@@ -72,14 +119,17 @@ def test_seed_matches_oracle(params):
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 
+@pytest.mark.parametrize("aqk", [{"aqk_ops": 0}, {"aqk_ops": 1}, {"aqk_ops": 2, "aqk_lo": 1}, {"aqk_lo": 0}])
 @pytest.mark.parametrize("params", [
     {"B": 1, "T": 1, "H": 2, "K": 16, "V": 16},
     {"B": 1, "T": 65, "H": 2, "K": 16, "V": 32, "gate": "lower_bound"},
     {"B": 2, "T": 130, "H": 1, "K": 32, "V": 32, "gate": "mild", "h0": False},
 ])
-def test_chunked_matches_oracle(params):
+def test_chunked_matches_oracle(params, aqk):
+    """Every Aqk precision mode: one bf16 product, three (split operands), tf32 with the remainder stored for the
+    scan, and the shipped CONFIG."""
     inp = _inputs(0, **params)
-    o, s = OURS.forward(**inp)
+    o, s = OURS.kda_chunked(**inp, **aqk)
     ro, rs = REF.forward(**inp)
     assert o.shape == ro.shape and o.dtype == inp["v"].dtype and s.dtype == torch.float32
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
@@ -144,6 +194,23 @@ def test_chunked_is_causal_inside_a_chunk():
     assert not torch.allclose(o1[:, p:], o2[:, p:])
 
 
+def test_chunked_path_choice_is_causal():
+    """A row's products are taken around the chunk start or, once its decay reaches REACH, around 16-row anchors;
+    each row's own decay picks. Making the later tokens decay at the g = -5 bound sends them (and the chunk) down
+    the second path, and must leave o before them bit for bit."""
+    params = {"B": 1, "T": 64, "H": 1, "K": 16, "V": 16, "gate": "mild"}
+    inp = _inputs(3, **params)
+    p = 24  # rows 16..23 share a 16-row block with rows that change path
+    alt = dict(inp, g=inp["g"].clone())
+    alt["g"][:, p:] = -5.0
+    reach = (-alt["g"][0, :, 0].cumsum(0) / math.log(2.0)).amax(-1)  # per row, the largest log2 decay
+    assert float(reach[-1]) >= float(OURS.REACH.value) > float(reach[p - 1]), "the probe must cross REACH after p"
+    o1, _ = OURS.forward(**inp)
+    o2, _ = OURS.forward(**alt)
+    assert torch.equal(o1[:, :p], o2[:, :p])
+    assert rel_rms(o2, REF.forward(**alt)[0]) < TIGHT
+
+
 def test_ignoring_the_initial_state_fails_the_check():
     # the mild gate keeps h0 alive to the last token, so both outputs must notice it
     inp = _inputs(0, B=1, T=37, H=2, K=16, V=16, gate="mild")
@@ -159,11 +226,20 @@ def test_chunked_rejects_unsupported_head_dims():
         OURS.forward(**inp)
 
 
-def test_baseline_declares_fla_and_is_unavailable_without_cuda():
+def test_baseline_is_pinned_fla_and_right_where_it_runs_or_says_why_not():
+    """Where FLA runs (a CUDA machine with it installed) its output must match the oracle on an odd shape; where
+    it cannot, calling it must fail in one line that says why, rather than with a NoneType call."""
     assert BASE.NAME == "fla.chunk_kda"
     assert os.environ.get("FLA_FLASH_KDA") == "0" and os.environ.get("FLA_TILELANG") == "0"
-    if not torch.cuda.is_available():
-        assert BASE.available() is False
+    if BASE.available():
+        inp = REF.make_inputs({"B": 1, "T": 100, "H": 2, "K": 128, "V": 128, "dtype": "bfloat16"}, 0, "cuda")
+        o, s = BASE.forward(**inp)
+        ro, rs = REF.forward(**inp)
+        assert rel_rms(o, ro) < TOL and rel_rms(s, rs) < TOL
+    else:
+        with pytest.raises(RuntimeError, match="fla.chunk_kda is unavailable here: ") as err:
+            BASE.forward(**_inputs(0, B=1, T=4, H=1, K=16, V=16))
+        assert "\n" not in str(err.value)
 
 
 def test_seed_declares_tunables_it_uses():

@@ -1,5 +1,7 @@
 """MLA decode task: oracle inputs, seed and our split-KV kernel under the Triton CPU interpreter."""
 
+import dataclasses
+import inspect
 import json
 import math
 import os
@@ -246,6 +248,244 @@ def test_variant_sweep_checker_runs_on_the_interpreter():
     assert [r["ok"] for r in broken["checks"]] == [True, False, False, False]
 
 
+PAGED = {"B": 3, "H": 5, "N": 97, "lengths": "ragged"}
+"""Ragged rows over pages: row 0 has length 1 (one page, every split but the first empty), N is no multiple of the
+page size, so every row's last page is partly past its length."""
+
+
+def _spare_pages(inputs: dict) -> torch.Tensor:
+    """The pages no block-table entry names (make_inputs draws a spare one per row)."""
+    table, pages = inputs["block_table"], inputs["kv_cache"].shape[0]
+    named = torch.zeros(pages, dtype=torch.bool)
+    named[table[table >= 0].long()] = True
+    return (~named).nonzero().flatten()
+
+
+def _poison_paged(inputs: dict, value: float = math.nan) -> None:
+    """`value` in every spare page and in every row at or past its length (the tail of a row's last page)."""
+    kv, table, lens = inputs["kv_cache"], inputs["block_table"], inputs["cache_seqlens"]
+    kv[_spare_pages(inputs)] = value
+    ps = kv.shape[1]
+    for b in range(table.shape[0]):
+        for n in range(int(lens[b]), table.shape[1] * ps):
+            page = int(table[b, n // ps])
+            if page >= 0:
+                kv[page, n % ps] = value
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_paged_inputs_are_shuffled_pages_of_one_cache(page_size):
+    """A paged shape's table names each row's pages in order from one shuffled pool (no page twice, one spare
+    page per row), entries past a row's pages are UNUSED, and the oracle reads exactly the gathered cache: spare
+    pages and rows past the lengths change nothing."""
+    inputs = _inputs(21, **PAGED, page_size=page_size)
+    table, lens, kv = inputs["block_table"], inputs["cache_seqlens"], inputs["kv_cache"]
+    per_row = -(-97 // page_size)
+    assert table.dtype == torch.int32 and tuple(table.shape) == (3, per_row)
+    assert tuple(kv.shape) == (3 * (per_row + 1), page_size, 576)
+    used = (lens.long() + page_size - 1) // page_size
+    for b in range(3):
+        assert (table[b, :used[b]] >= 0).all() and (table[b, used[b]:] == REF.UNUSED_PAGE).all()
+    named = table[table >= 0]
+    assert named.unique().numel() == named.numel() and _spare_pages(inputs).numel() == kv.shape[0] - named.numel()
+    if named.numel() > 2:
+        assert not torch.equal(named, named.sort().values), "pages in order: not shuffled"
+    assert torch.equal(REF.make_inputs({"dtype": "float32", **PAGED, "page_size": page_size}, 21, "cpu")["block_table"],
+                       table)
+    o, lse = REF.forward(**inputs)
+    flat = REF.gather_pages(kv, table)
+    o_flat, lse_flat = REF.forward(inputs["q"], flat, lens, inputs["sm_scale"])
+    assert torch.equal(o, o_flat) and torch.equal(lse, lse_flat)
+    _poison_paged(inputs, 1e4)
+    o2, lse2 = REF.forward(**inputs)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+@pytest.mark.parametrize("impl", ["seed", "ours", "baseline"])
+@pytest.mark.parametrize("params", [{**PAGED, "page_size": 1}, {**PAGED, "page_size": 64, "scale_dim": 576},
+                                    {"B": 1, "H": 3, "N": 1, "page_size": 64},
+                                    {"B": 2, "H": 4, "N": 130, "page_size": 16, "qscale": 2.5}],
+                         ids=["ps1-ragged", "ps64-ragged", "ps64-N1", "ps16"])
+def test_paged_matches_oracle(impl, params):
+    fn = {"seed": SEED.forward, "ours": OURS.forward, "baseline": BASE.forward}[impl]
+    inputs = _inputs(22, **params)
+    ref_o, ref_lse = REF.forward(**inputs)
+    o, lse = fn(**inputs)
+    assert o.shape == ref_o.shape and o.dtype == inputs["q"].dtype and lse.dtype == torch.float32
+    assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT
+
+
+@pytest.mark.parametrize("page_size, cfg", [
+    (1, {"BLOCK_N": 16}), (1, {"BLOCK_N": 32, "LOAD": "masked"}), (16, {"BLOCK_N": 32}),
+    (32, {"BLOCK_N": 32}), (64, {"BLOCK_N": 32, "LOAD": "peeled"}), (64, {"BLOCK_N": 32}),
+    (64, {"BLOCK_N": 64, "MERGE_HEADS": 2}),
+], ids=["ps1", "ps1-masked", "ps16-tiles-over-pages", "ps32-tma", "ps64-peeled", "ps64-tma-two-tiles-a-page",
+        "ps64-tma"])
+def test_paged_variants_with_nan_past_lengths_and_in_spare_pages(page_size, cfg):
+    """Every load mode over pages smaller than, equal to and larger than the tile (a tile over several pages
+    gathers rows; LOAD "tma" reads whole tiles of one page), NaN in every spare page and every row past its
+    length, at one and several splits, and with NaN scratch at a forced split count (empty splits never merged)."""
+    inputs = _inputs(23, **PAGED, page_size=page_size)
+    ref_o, ref_lse = REF.forward(**inputs)
+    _poison_paged(inputs)
+    for forced in (1, 2, 3):
+        o, lse = OURS.forward(**inputs, num_splits=forced, config=cfg)
+        assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT, (cfg, forced)
+    splits, split_len = OURS.split_plan(3, 5, inputs["block_table"].shape[1] * page_size, torch.device("cpu"), 4,
+                                        config=cfg)
+    o, lse = torch.full((3, 5, 512), math.nan), torch.full((3, 5), math.nan)
+    o_part, lse_part = OURS.partial_buffers(3, 5, splits, torch.device("cpu"))
+    o_part.fill_(math.nan)
+    lse_part.fill_(math.nan)
+    OURS.attend_into(**inputs, o=o, lse=lse, o_part=o_part, lse_part=lse_part, splits=splits, split_len=split_len,
+                     config=cfg)
+    assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT
+    assert torch.isnan(lse_part.view(3, 5, splits)[0, :, 1:]).all()  # row 0's empty splits: never written
+
+
+def test_paged_cache_needs_a_well_formed_table():
+    inputs = _inputs(24, **PAGED, page_size=16)
+    with pytest.raises(ValueError, match="block_table must be"):
+        OURS.forward(**{**inputs, "block_table": inputs["block_table"][:2]})
+    with pytest.raises(ValueError, match="block_table must be"):
+        OURS.forward(**{**inputs, "block_table": inputs["block_table"].t().contiguous().t()})
+
+
+def _key(**inputs) -> tuple:
+    bt = inputs.get("block_table")
+    return OURS._plan_key(inputs["q"], inputs["kv_cache"], inputs["cache_seqlens"], bt, inputs.get("splits", 0), 0,
+                          inputs.get("config"))
+
+
+def test_plan_key_tells_apart_everything_a_launch_depends_on():
+    """Two calls share a plan (and its compiled kernels) only if every tensor has the same shape, strides, dtype,
+    device and 16-byte alignment, the split request and the config are the same: each variant below is a call that
+    a stale plan would launch with wrong arguments or a kernel specialised for other inputs."""
+    base = _inputs(30, B=2, H=4, N=70)
+
+    def misaligned(t):
+        flat = torch.empty(t.numel() + 1, dtype=t.dtype)[1:]
+        return flat.view(t.shape).copy_(t)
+
+    def strided(t):
+        wide = torch.empty(*t.shape[:-1], t.shape[-1] + 8, dtype=t.dtype)
+        wide[..., :t.shape[-1]] = t
+        return wide[..., :t.shape[-1]]
+
+    variants = {
+        "N": _inputs(30, B=2, H=4, N=71), "H": _inputs(30, B=2, H=5, N=70), "B": _inputs(30, B=3, H=4, N=70),
+        "dtype": {k: v.to(torch.bfloat16) if k in ("q", "kv_cache") else v for k, v in base.items()},
+        "q strided": {**base, "q": strided(base["q"])}, "kv strided": {**base, "kv_cache": strided(base["kv_cache"])},
+        "q misaligned": {**base, "q": misaligned(base["q"])},
+        "kv misaligned": {**base, "kv_cache": misaligned(base["kv_cache"])},
+        "lens int64": {**base, "cache_seqlens": base["cache_seqlens"].long()},
+        "lens misaligned": {**base, "cache_seqlens": misaligned(base["cache_seqlens"])},
+        "q device": {**base, "q": base["q"].to("meta")}, "kv device": {**base, "kv_cache": base["kv_cache"].to("meta")},
+        "paged": _inputs(30, B=2, H=4, N=70, page_size=64), "page size": _inputs(30, B=2, H=4, N=70, page_size=16),
+        "table width": _inputs(30, B=2, H=4, N=70, page_size=16, lengths="ragged"),
+        "splits": {**base, "splits": 2}, "config": {**base, "config": {"BLOCK_N": 32}},
+    }
+    variants["table width"]["block_table"] = variants["table width"]["block_table"][:, :4]
+    keys = {name: _key(**v) for name, v in variants.items()}
+    keys["base"] = _key(**base)
+    assert len(set(keys.values())) == len(keys), [n for n in keys if list(keys.values()).count(keys[n]) > 1]
+    # Fresh tensors with the same layout (other data, other addresses) share the plan.
+    assert _key(**_inputs(31, B=2, H=4, N=70)) == keys["base"]
+    assert _key(**base, config={"BLOCK_N": OURS.CONFIG["BLOCK_N"]}) == keys["base"]
+
+
+def _caching_plans(monkeypatch) -> None:
+    """Plans that keep compiled kernels (the interpreter's do not: it has none), from an empty plan cache."""
+    real = OURS._make_plan
+    monkeypatch.setattr(OURS, "_make_plan", lambda *args: dataclasses.replace(real(*args), cached=True))
+    monkeypatch.setattr(OURS, "_PLANS", {})
+
+
+def test_warm_calls_launch_the_compiled_kernels_with_this_calls_addresses(monkeypatch):
+    """A plan's first call goes through the JIT functions and keeps the compiled kernels they return; the next
+    call with the same key launches those with every pointer replaced by this call's address (its own inputs,
+    outputs and scratch) and every other argument as the JIT call had it. Another key launches through the JIT."""
+    stage1, merge = _stub(monkeypatch, "_mla_split_attend"), _stub(monkeypatch, "_mla_merge_splits")
+    _caching_plans(monkeypatch)
+    first = _inputs(32, **RAGGED)
+    OURS.forward(**first, num_splits=2)
+    assert len(stage1.calls) == len(merge.calls) == 1 and not stage1.warm
+    second = _inputs(33, **RAGGED)
+    o, lse = OURS.forward(**second, num_splits=2)
+    assert len(stage1.calls) == 1 and len(stage1.warm) == len(merge.warm) == 1
+    jit, warm = stage1.calls[0], stage1.warm[0]
+    addresses = {"Q": second["q"], "KV": second["kv_cache"], "SEQLENS": second["cache_seqlens"], "O": o, "LSE": lse}
+    for name, tensor in addresses.items():
+        assert warm[name] == tensor.data_ptr(), name
+    rows = 3 * 5 * 2
+    assert warm["LSEP"] - warm["OP"] == rows * 512 * 4 and warm["OP"] % 16 == 0
+    for name, value in jit.items():
+        if name in warm and isinstance(value, OURS.TensorDescriptor):
+            assert warm[name].base.data_ptr() == second["kv_cache"].data_ptr(), name
+        elif name in warm and not isinstance(value, torch.Tensor):
+            assert warm[name] == value, name
+    assert (merge.warm[0]["OP"], merge.warm[0]["LSEP"], merge.warm[0]["O"]) == (warm["OP"], warm["LSEP"],
+                                                                                 o.data_ptr())
+    # Warm calls of one plan share its partials' buffer (eager calls on one stream run in order).
+    OURS.forward(**_inputs(34, **RAGGED), num_splits=2)
+    (plan,) = OURS._PLANS.values()
+    assert stage1.warm[1]["OP"] == warm["OP"] == plan.scratch.data_ptr()
+    # A strided q is another key: a JIT launch with its strides, not the warm kernel.
+    wide = torch.zeros(3, 5, 600)
+    wide[..., :576] = second["q"]
+    OURS.forward(**{**second, "q": wide[..., :576]}, num_splits=2)
+    assert len(stage1.calls) == 2 and len(stage1.warm) == 2
+    assert (stage1.calls[1]["stride_qb"], stage1.calls[1]["stride_qh"]) == (5 * 600, 600)
+
+
+def test_warm_gluon_calls_rebuild_descriptors_for_new_addresses_only(monkeypatch):
+    """The Gluon path's TMA descriptors are cached per address set: a warm call with the same q and cache reuses
+    them, a new q gets a descriptor over its own address, and the fused merge's barrier slot moves every call."""
+    monkeypatch.setattr(OURS, "gluon_ok", lambda *args, **kwargs: True)
+    monkeypatch.setattr(OURS, "_SYNC_WORDS", {})
+    stub = _stub(monkeypatch, "_mla_split_attend_ws")
+    _caching_plans(monkeypatch)
+    inputs = REF.make_inputs({"B": 1, "H": 64, "N": 512}, 34, "cpu")
+    cfg = {"MERGE": "fused"}
+    for _ in range(3):
+        OURS.forward(**inputs, config=cfg)
+    q2 = inputs["q"].clone()
+    OURS.forward(**{**inputs, "q": q2}, config=cfg)
+    assert len(stub.calls) == 1 and len(stub.warm) == 3
+    warm = stub.warm
+    assert stub.calls[0]["FUSED"] and stub.calls[0]["launch_cooperative_grid"]
+    (plan,) = OURS._PLANS.values()
+    first = stub.calls[0]
+    address_sets = {(c["q_desc"].base.data_ptr(), c["kv_desc"].base.data_ptr(), OURS._addr(c["OUT"]))
+                    for c in [first, *warm]}
+    assert len(plan.descriptors) == len(address_sets)
+    for call in warm:
+        same = [c for c in [first, *warm] if (c["q_desc"].base.data_ptr(), OURS._addr(c["OUT"])) ==
+                (call["q_desc"].base.data_ptr(), call["OUT"])]
+        assert all(c["q_desc"] is call["q_desc"] and c["kv_desc"] is call["kv_desc"] for c in same)
+    assert warm[2]["q_desc"].base.data_ptr() == q2.data_ptr() != inputs["q"].data_ptr()
+    assert warm[2]["kv_desc"].base.data_ptr() == inputs["kv_cache"].data_ptr()
+    for call in warm:
+        assert call["o_desc"].base.data_ptr() == call["OUT"] and isinstance(call["OUT"], int)
+    words = OURS._SYNC_WORDS[torch.device("cpu")]
+    slots = [(c["SYNC"] - words.data_ptr()) // (4 * OURS._SYNC_GROUPS) for c in warm]
+    assert len(set(slots)) == 3 and all(0 <= s < OURS._SYNC_SLOTS for s in slots)
+
+
+def test_calls_of_changing_shapes_stay_right_on_the_interpreter():
+    """The plan cache under real kernels: shapes, layouts and caches alternate call by call, each checked."""
+    cases = [RAGGED, {"B": 2, "H": 4, "N": 37}, {**PAGED, "page_size": 16}, RAGGED, {**PAGED, "page_size": 1}]
+    for seed, params in enumerate(cases):
+        inputs = _inputs(40 + seed, **params)
+        if seed == 3:  # RAGGED again, with a cache sliced out of wider rows
+            wide = torch.zeros(3, 97, 600)
+            wide[..., :576] = inputs["kv_cache"]
+            inputs["kv_cache"] = wide[..., :576]
+        ref_o, ref_lse = REF.forward(**inputs)
+        o, lse = OURS.forward(**inputs, num_splits=2)
+        assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT, params
+
+
 def test_tma_default_falls_back_on_a_strided_cache():
     """The shipped LOAD is "tma", which needs [B*N, 576] contiguous rows; a cache sliced out of wider rows must
     take the pointer path and still be right, not fail or read the wrong columns."""
@@ -260,22 +500,59 @@ def test_tma_default_falls_back_on_a_strided_cache():
     assert rel_rms(o, ref_o) <= TIGHT and rel_rms(lse, ref_lse) <= TIGHT
 
 
+class _Launch:
+    """Stands in for a JIT kernel: checks that the host passes every kernel parameter exactly once (a renamed or
+    missing one fails only at launch, on the GPU) and records each launch by parameter name. A JIT launch returns a
+    compiled-kernel stand-in (as JITFunction.run returns the CompiledKernel) whose launches go to `warm`."""
+
+    OPTIONS = ("num_warps", "num_stages", "maxnreg", "launch_cooperative_grid", "launch_pdl")
+
+    def __init__(self, kernel):
+        # A JITFunction and the interpreter's InterpretedFunction both keep the Python function they wrap.
+        self.names = list(inspect.signature(kernel.fn).parameters)
+        self.calls = []
+        """JIT launches: the kernel's parameters by name, plus grid and options."""
+        self.warm = []
+        """Launches through the compiled stand-in: parameters by name, plus grid."""
+
+    def named(self, grid, args, kwargs):
+        given = self.names[:len(args)] + list(kwargs)
+        assert sorted(given) == sorted(self.names) and len(given) == len(set(given)), set(given) ^ set(self.names)
+        return {"grid": grid, **dict(zip(self.names, args)), **kwargs}
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            options = {k: kwargs.pop(k) for k in self.OPTIONS if k in kwargs}
+            self.calls.append({**self.named(grid, args, kwargs), **options})
+            return _Compiled(self)
+
+        return launch
+
+
+class _Compiled:
+    """The compiled-kernel stand-in _Launch returns: kernel[grid](*args) with every parameter positional."""
+
+    def __init__(self, stub: _Launch):
+        self.stub = stub
+
+    def __getitem__(self, grid):
+        # CompiledKernel's launcher reads grid[0], grid[1] and grid[2]; unlike the JIT path it pads nothing.
+        assert len(grid) == 3, grid
+        return lambda *args: self.stub.warm.append(self.stub.named(grid, args, {}))
+
+
+def _stub(monkeypatch, name: str) -> _Launch:
+    """Replace kernel `name` of our module by a recording _Launch."""
+    stub = _Launch(getattr(OURS, name))
+    monkeypatch.setattr(OURS, name, stub)
+    return stub
+
+
 def test_merge_rows_per_program_shrink_with_many_splits(monkeypatch):
     """MERGE_HEADS is a ceiling: the merge launch sees fewer rows per program when the split count is large
     (64 rows at 4 splits: 8 programs of 8 rows x 256 columns; at 128 splits 2 rows x 32 columns)."""
-    seen = []
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *args, **kw: seen.append((grid, kw["BLOCK_M"], kw["BLOCK_S"], kw["BLOCK_D"],
-                                                    kw["num_warps"], "launch_pdl" in kw))
-
-    class Skip:
-        def __getitem__(self, grid):
-            return lambda *args, **kw: None
-
-    monkeypatch.setattr(OURS, "_mla_split_attend", Skip())
-    monkeypatch.setattr(OURS, "_mla_merge_splits", Spy())
+    _stub(monkeypatch, "_mla_split_attend")
+    merge = _stub(monkeypatch, "_mla_merge_splits")
     # PDL is asked for but these are CPU tensors: no launch_pdl may reach the interpreter.
     cfg = {"MERGE_HEADS": 8, "PDL": True}
     for splits in (4, 128):
@@ -285,13 +562,15 @@ def test_merge_rows_per_program_shrink_with_many_splits(monkeypatch):
         op, lp = OURS.partial_buffers(1, 64, splits, q.device)
         OURS.attend_into(q, kv, torch.tensor([kv.shape[1]], dtype=torch.int32), 0.1, o, lse, op, lp, splits, 64,
                          config=cfg)
-    assert seen[0] == ((8, 2), 8, 4, 256, 4, False)
-    assert seen[1] == ((32, 16), 2, 128, 32, 4, False)
+    seen = [(c["grid"], c["BLOCK_M"], c["BLOCK_S"], c["BLOCK_D"], c["num_warps"], "launch_pdl" in c)
+            for c in merge.calls]
+    assert seen[0] == ((8, 2, 1), 8, 4, 256, 4, False)
+    assert seen[1] == ((32, 16, 1), 2, 128, 32, 4, False)
 
 
-
-@pytest.mark.parametrize("args", [[], ["--fused", "--splits", "128"], ["--fused", "--splits", "4", "--store", "lsu"]],
-                         ids=["two-kernel", "fused-128-splits", "fused-4-splits-lsu-store"])
+@pytest.mark.parametrize("args", [[], ["--fused", "--splits", "128"], ["--fused", "--splits", "4", "--store", "lsu"],
+                                  ["--paged", "--splits", "4"]],
+                         ids=["two-kernel", "fused-128-splits", "fused-4-splits-lsu-store", "paged-4-splits"])
 def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path, args):
     """The Hopper stage 1 cannot run here, but it must compile for sm_90 and keep its structure: within the 227 KB
     of shared memory, each score product issued once (36 m64n64k16 MMAs: 32 latent + 4 rope), the two value
@@ -316,22 +595,12 @@ def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path, ar
     assert shape["tma_stores"] == (0 if "lsu" in args else 8)
 
 
-class _Launch:
-    """Stands in for the Gluon kernel's launcher: checks that the host passes every kernel parameter exactly
-    once (a renamed or missing one fails only at launch, on the GPU) and records what it was given."""
-
-    def __init__(self, kernel):
-        self.names = [param.name for param in kernel.params]
-        self.calls = []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            options = {k: kwargs.pop(k) for k in ("num_warps", "maxnreg", "launch_cooperative_grid") if k in kwargs}
-            given = self.names[:len(args)] + list(kwargs)
-            assert sorted(given) == sorted(self.names) and len(given) == len(set(given)), \
-                set(given) ^ set(self.names)
-            self.calls.append({"grid": grid, **dict(zip(self.names, args)), **kwargs, **options})
-        return launch
+def _gluon_plan(q, kv, seqlens, splits, fused, table=None, cfg=None):
+    """A Gluon-stage-1 plan on the CPU, where gluon_ok says no: what a Hopper call would plan for these inputs."""
+    plan = OURS._make_plan(q, kv, seqlens, table, splits, -(-kv.shape[0] * kv.shape[1] // q.shape[0] // splits),
+                           cfg)
+    return dataclasses.replace(plan, gluon=True, fused=fused, tma_store=OURS.CONFIG["STORE"] == "tma", cached=True,
+                               merge_step=OURS.merge_tile(splits) if fused else (1, 1, 1))
 
 
 @pytest.mark.parametrize("splits, fused, s_pad, upi, wu", [(128, True, 128, 1, 1), (66, True, 128, 1, 1),
@@ -339,38 +608,48 @@ class _Launch:
 def test_gluon_launcher_passes_every_parameter(monkeypatch, splits, fused, s_pad, upi, wu):
     """The launcher's arguments match the kernel's signature on both paths, the launch is cooperative exactly when
     the kernel merges in place (its barrier needs every program resident), and the merge tile fits 128 rows."""
-    stub = _Launch(OURS._mla_split_attend_ws)
-    monkeypatch.setattr(OURS, "_mla_split_attend_ws", stub)
+    stub = _stub(monkeypatch, "_mla_split_attend_ws")
     b, h, n = 1, 64, 64 * splits
     q = torch.zeros(b, h, 576, dtype=torch.bfloat16)
     kv = torch.zeros(b, n, 576, dtype=torch.bfloat16)
     o = torch.zeros(b, h, 512, dtype=torch.bfloat16)
     lse = torch.zeros(b, h)
     o_part, lse_part = OURS.partial_buffers(b, h, splits, q.device, q.dtype)
-    sync = torch.zeros(OURS._SYNC_GROUPS, dtype=torch.int32)
-    OURS._launch_gluon_stage1(q, kv, torch.full((b,), n, dtype=torch.int32), 0.1, o_part, lse_part, splits, 64,
-                              False, OURS.resolve(), (sync, o, lse) if fused else None)
+    sync = torch.zeros(OURS._SYNC_GROUPS, dtype=torch.int32) if fused else None
+    seqlens = torch.full((b,), n, dtype=torch.int32)
+    plan = _gluon_plan(q, kv, seqlens, splits, fused)
+    OURS._launch_gluon_stage1(plan, q, kv, seqlens, None, 0.1, o_part, lse_part, sync, o, lse)
     (call,) = stub.calls
-    assert call["grid"] == (1, splits, b) and call["FUSED"] == fused
+    assert call["grid"] == (1, splits, b) and call["FUSED"] == fused and not call["PAGED"]
     assert call.get("launch_cooperative_grid") == fused
     assert (call["S_PAD"], call["UPI"], call["MERGE_WU"]) == (s_pad, upi, wu)
     assert call["UPI"] * call["S_PAD"] <= 128
     assert call["TMA_STORE"] == (OURS.CONFIG["STORE"] == "tma")
+    assert list(call["q_desc"].block_shape) == [64, 64] and list(call["q_desc"].shape) == [b * h, 576]
+    assert list(call["kv_desc"].block_shape) == [64, 64] and list(call["kv_desc"].shape) == [b * n, 576]
+    assert call["q_desc"].base.data_ptr() == q.data_ptr() and call["kv_desc"].base.data_ptr() == kv.data_ptr()
     if call["TMA_STORE"]:
         assert list(call["o_desc"].block_shape) == [64, 64] and list(call["o_desc"].shape) == [b * h, splits * 512]
+        assert call["o_desc"].base.data_ptr() == o_part.data_ptr()
 
 
 def test_tma_store_only_where_a_box_stays_inside_its_rows():
-    """STORE "tma" writes [64 heads, 64 columns] boxes into o viewed as [B*H, splits*512]: only a contiguous o
-    whose head count is a multiple of 64 qualifies (a TMA box is clipped at the tensor's edge, not at a batch
-    row's last head), and a strided o falls back to plain stores."""
-    o = torch.zeros(2, 128, 512, dtype=torch.bfloat16)
-    assert OURS.tma_store_ok(o, 2, 128, 1, True, 64)
-    assert not OURS.tma_store_ok(torch.zeros(4, 16, 512, dtype=torch.bfloat16), 4, 16, 1, True, 64)
-    assert not OURS.tma_store_ok(torch.zeros(2, 512, 128, dtype=torch.bfloat16).transpose(1, 2), 2, 128, 1, True, 64)
-    part, _ = OURS.partial_buffers(2, 128, 8, o.device, o.dtype)
-    assert OURS.tma_store_ok(part, 2, 128, 8, False, 64)
-    assert not OURS.tma_store_ok(part, 2, 128, 4, False, 64)  # not the buffer of that split count
+    """STORE "tma" writes [64 heads, 64 columns] boxes into o viewed as [B*H, splits*512]: only a head count that
+    is a multiple of 64 qualifies (a TMA box is clipped at the tensor's edge, not at a batch row's last head), and
+    attend_into refuses caller buffers that are not the contiguous rows the boxes and pointers assume."""
+    assert OURS.tma_store_ok(128, 64) and not OURS.tma_store_ok(16, 64)
+    inputs = _inputs(13, B=2, H=4, N=40)
+    part, lse_part = OURS.partial_buffers(2, 4, 2, torch.device("cpu"))
+    good_o, lse = torch.zeros(2, 4, 512), torch.zeros(2, 4)
+    OURS.attend_into(**inputs, o=good_o, lse=lse, o_part=part, lse_part=lse_part, splits=2, split_len=32)
+    ref_o, _ = REF.forward(**inputs)
+    assert rel_rms(good_o, ref_o) <= TIGHT
+    strided_o = torch.zeros(2, 512, 4).transpose(1, 2)
+    with pytest.raises(ValueError, match="contiguous"):
+        OURS.attend_into(**inputs, o=strided_o, lse=lse, o_part=part, lse_part=lse_part, splits=2, split_len=32)
+    short_part, short_lse = OURS.partial_buffers(2, 4, 1, torch.device("cpu"))  # the buffers of another split count
+    with pytest.raises(ValueError, match="contiguous"):
+        OURS.attend_into(**inputs, o=good_o, lse=lse, o_part=short_part, lse_part=short_lse, splits=2, split_len=32)
 
 
 def test_fused_merge_only_where_the_grid_is_resident(monkeypatch):
@@ -413,3 +692,35 @@ def test_trace_tool_still_finds_its_anchors(tmp_path):
     assert source.count("_mark(merge[0], WG, ") == 11 and source.count("_mark(merge[0], HALF, ") == 2
     assert all(f"WG: gl.constexpr = {wg}" in source for wg in (0, 1))
     assert traced._SYNC_GROUPS >= tool.TRACE_AT + 2 * len(tool.MARKS) * 132
+
+
+def test_compare_tool_poisons_only_what_nothing_may_read_and_converts_tables_to_csr():
+    """benchmarks/mla_compare.py (the device comparison) on CPU tensors: its NaN poison leaves the oracle unchanged
+    for a paged and a contiguous cache, its kernel check finds the NaN a wrong page would bring in, and the CSR it
+    hands FlashInfer names each row's used pages in order."""
+    import importlib.util
+
+    path = KERNELS.parent / "benchmarks" / "mla_compare.py"
+    spec_ = importlib.util.spec_from_file_location("mla_compare_test", path)
+    tool = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tool)
+    for params in ({**PAGED, "page_size": 16}, RAGGED):
+        inputs = _inputs(50, **params)
+        ref = REF.forward(**inputs)
+        tool._poison(inputs)
+        assert torch.isnan(inputs["kv_cache"]).any()
+        o, lse = OURS.forward(**inputs)
+        assert rel_rms(o, ref[0]) <= TIGHT and rel_rms(lse, ref[1]) <= TIGHT
+    inputs = _inputs(51, **PAGED, page_size=16)
+    tool._poison(inputs)
+    spare = _spare_pages(inputs)
+    assert torch.isnan(inputs["kv_cache"][spare]).all()
+    wrong = {**inputs, "block_table": inputs["block_table"].clone()}
+    wrong["block_table"][1, 0] = int(spare[0])  # row 1 reads a spare page where its first page should be
+    o, _ = OURS.forward(**wrong)
+    assert torch.isnan(o[1]).any()
+    table, lens = inputs["block_table"], inputs["cache_seqlens"]
+    indptr, indices = tool.csr_pages(table, lens, 16)
+    for b in range(3):
+        pages = indices[indptr[b]:indptr[b + 1]]
+        assert torch.equal(pages, table[b, :pages.numel()]) and pages.numel() == -(-int(lens[b]) // 16)

@@ -222,3 +222,67 @@ def test_tasks_root_env(tmp_path, monkeypatch):
     assert load_task("demo").name == "demo"
     monkeypatch.delenv("WORKBENCH_KERNELS")
     assert (tasks_root() / "softmax" / "task.toml").is_file()
+
+
+# -- the search path and the task hash (user tasks, #18) ----------------------------------------------------------
+from workbench.tasks import add_tasks_dirs, discover, find_task, load_task_dir, search_path  # noqa: E402
+from workbench.tasks.hashing import changed_files, oracle_files, task_hash  # noqa: E402
+
+
+@pytest.fixture
+def user_path(tmp_path, monkeypatch):
+    """An empty search path beside the shipped tasks: $WORKBENCH_TASKS unset, ./tasks inside tmp_path."""
+    monkeypatch.delenv("WORKBENCH_TASKS", raising=False)
+    monkeypatch.delenv("WORKBENCH_KERNELS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_search_path_order_shipped_then_tasks_dir_then_env_then_cwd(user_path, monkeypatch):
+    env_dir, flag_dir = user_path / "env", user_path / "flag"
+    monkeypatch.setenv("WORKBENCH_TASKS", str(env_dir))
+    add_tasks_dirs([flag_dir])
+    assert search_path() == [tasks_root(), flag_dir, env_dir, user_path / "tasks"]
+
+
+def test_user_task_found_after_shipped_and_shadowing_is_reported(user_path):
+    make_task(user_path / "tasks")
+    softmax = GOOD_TOML.replace('name = "demo"', 'name = "softmax"')
+    make_task(user_path / "tasks", softmax, name="softmax")
+    assert find_task("demo") == user_path / "tasks" / "demo"
+    assert load_task("softmax").dir == tasks_root() / "softmax"  # the shipped one wins
+    found = {(e.name, e.shipped): e for e in discover()}
+    assert found[("softmax", False)].shadowed_by == tasks_root() / "softmax"
+    assert found[("demo", False)].shadowed_by is None and found[("softmax", True)].shadowed_by is None
+    with pytest.raises(TaskError, match=r"unknown task 'nope'.*--tasks-dir"):
+        find_task("nope")
+
+
+def test_load_task_dir_loads_a_folder_wherever_it_is(tmp_path):
+    folder = make_task(tmp_path / "anywhere")
+    assert load_task_dir(folder).name == "demo"
+    with pytest.raises(TaskError, match="no task.toml"):
+        load_task_dir(tmp_path / "gone")
+
+
+def test_task_hash_covers_the_oracle_files_only(tmp_path):
+    folder = make_task(tmp_path)
+    (folder / "reference.py").write_text("import helper\nfrom pathlib import Path\nP = Path(__file__).with_name('problem.py')\n")
+    (folder / "helper.py").write_text("X = 1\n")
+    (folder / "problem.py").write_text("Y = 1\n")
+    (folder / "baseline.py").write_text("NAME = 'b'\n")
+    (folder / "my_kernel.py").write_text("# a candidate\n")
+    assert [p.name for p in oracle_files(folder)] == ["baseline.py", "helper.py", "problem.py", "reference.py",
+                                                       "task.toml"]
+    before = task_hash(folder)
+    (folder / "seed.py").write_text("def forward():\n    return 1\n")
+    (folder / "my_kernel.py").write_text("# edited\n")
+    assert task_hash(folder) == before, "seed and candidate kernels are not part of the oracle"
+    for name in ("task.toml", "reference.py", "baseline.py", "helper.py", "problem.py"):
+        path = folder / name
+        text = path.read_text()
+        path.write_text(text + "\n# changed\n")
+        after = task_hash(folder)
+        assert after["sha256"] != before["sha256"] and changed_files(before, after) == [name]
+        path.write_text(text)
+    assert task_hash(folder) == before

@@ -75,7 +75,16 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
         task.seed.read_text(encoding="utf-8")
     if agent == "tuner":
         from workbench.agent.backends.tuner import TunerBackend
+        from workbench.agent.tunables import TunablesError, read_declared
 
+        if state is None or not state.attempts:
+            try:
+                read_declared(seed)
+            except TunablesError as exc:
+                where = "the --start kernel" if start else f"{task.seed}"
+                raise CliError(f"the tuner searches the TUNABLES/CONFIG a kernel declares, and {where} declares none "
+                               f"({exc}): write a seed with TUNABLES and CONFIG (or pass --start FILE), or run "
+                               f"--agent claude") from None
         return TunerBackend(seed)
     if agent == "claude":
         import importlib.util
@@ -139,7 +148,43 @@ def _goal(task, device: str, budget: dict[str, Any]) -> dict[str, Any]:
         "baseline": _baseline_name(task),
         "metric": "geomean speedup over the shapes, every shape correct within tolerance",
         "budget": budget,
+        **_task_origin(task),
     }
+
+
+def _task_origin(task) -> dict[str, Any]:
+    """Where the task came from and the hash of its oracle files, journaled so a resume finds and checks it."""
+    from workbench.tasks.hashing import task_hash
+
+    return {"task_dir": str(task.dir), "task_hash": task_hash(task.dir)}
+
+
+def _resume_task(state, accept_change: bool):
+    """The task a resumed session runs against, from its journaled folder, checked against its journaled hash.
+
+    Returns:
+        (task, changed): the files whose change the person accepted with --accept-task-change (empty when none).
+    """
+    from workbench.tasks import TaskError, add_tasks_dirs, load_task_dir
+    from workbench.tasks.hashing import changed_files, task_hash
+
+    folder, pinned = state.goal.get("task_dir"), state.goal.get("task_hash")
+    if not folder:  # a session journaled before task folders were recorded: find the task by name
+        print(f"workbench: warning: session {state.id} predates task hashing; cannot tell whether task "
+              f"{state.task!r} changed since it started", file=sys.stderr)
+        return _load_task(state.task), []
+    try:
+        task = load_task_dir(folder)
+    except TaskError as exc:
+        raise CliError(f"session {state.id}: its task {state.task!r} cannot be loaded from {folder}, where it was "
+                       f"when the session started: {exc}", EXIT_FAIL) from exc
+    add_tasks_dirs([Path(folder).parent])  # so child processes that look the task up by name find this folder
+    changed = changed_files(pinned, task_hash(task.dir)) if pinned else []
+    if changed and not accept_change:
+        raise CliError(f"session {state.id}: task {task.name!r} changed since the session's results were judged "
+                       f"({', '.join(changed)} in {folder}); restore them, or resume with --accept-task-change to "
+                       f"continue against the new oracle (journaled as a new goal)", EXIT_FAIL)
+    return task, changed
 
 
 def _start_kernel(file: str) -> dict[str, str]:
@@ -178,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     runtime = AgentRuntime(files, SessionState(), task, backend, device=device, budget=budget)
     created = {"id": files.id, "task": task.name, "agent": agent, "model": args.model, "device": device,
-               "created": files.meta.get("created", ""), "budget": budget.to_dict()}
+               "created": files.meta.get("created", ""), "budget": budget.to_dict(), **_task_origin(task)}
     if start:
         created["start"] = start
     runtime.emit("session.created", created)
@@ -198,10 +243,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if files.journal is not None and files.journal.recovered:
         print(f"workbench: recovered the journal: {files.journal.recovered}", file=sys.stderr)
     state = load_state(files)
-    task = _load_task(state.task)
+    try:
+        task, changed = _resume_task(state, args.accept_task_change)
+    except CliError:
+        files.close()
+        raise
     budget = _budget(args, state.budget)
     backend = _backend(state.agent, task, state.model, state)
     runtime = AgentRuntime(files, state, task, backend, device=state.device, budget=budget)
+    if changed:
+        print(f"workbench: warning: task {task.name!r} changed ({', '.join(changed)}); results before seq "
+              f"{state.last_seq + 1} were judged by the old oracle", file=sys.stderr)
+        runtime.emit("goal.set", {**_goal(task, state.device, budget.to_dict()), "task_changed": changed})
     return _drive(runtime, args, files)
 
 
@@ -432,20 +485,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from workbench.tasks import TaskError, list_tasks, tasks_root
+    """List the tasks on the search path with the folder each comes from; broken and shadowed ones say why."""
+    from workbench.tasks import TaskError, discover, search_path
 
-    found = list_tasks()
+    found = discover()
     if not found:
-        print(f"no tasks under {tasks_root()}")
+        print("no tasks under " + ", ".join(str(p) for p in search_path()))
         return EXIT_FAIL
     broken = 0
-    for task in found:
-        if isinstance(task, TaskError):
+    for entry in found:
+        where = f"{entry.folder}" + (" (shipped)" if entry.shipped else "")
+        if entry.shadowed_by is not None:
+            print(f"{entry.name:<12} shadowed by {entry.shadowed_by}: {where} is not used (rename one)")
+        elif isinstance(entry.task, TaskError):
             broken += 1
-            print(f"error: {task}")
+            print(f"error: {entry.task}")
         else:
+            task = entry.task
             shapes = ", ".join(s.name for s in task.shapes.get("cuda", []))
-            print(f"{task.name:<12} {task.description}  [cuda: {shapes}]")
+            about = task.description if len(task.description) <= 90 else task.description[:89] + "…"
+            print(f"{task.name:<12} {where}  [cuda: {shapes}]\n{'':<13}{about}")
     return EXIT_FAIL if broken else EXIT_OK
 
 
@@ -582,6 +641,85 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return EXIT_OK if result["verdict"] == "ok" else EXIT_FAIL
 
 
+def _use_tasks_dirs(dirs: list[str], create: bool) -> None:
+    """Put --tasks-dir folders on the task search path; commands that create tasks make the folder."""
+    from workbench.tasks import add_tasks_dirs
+
+    if create:
+        for d in dirs:
+            try:
+                Path(d).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CliError(f"--tasks-dir {d}: cannot create it: {exc.strerror}") from None
+    missing = [d for d in dirs if not Path(d).is_dir()]
+    if missing:
+        raise CliError(f"--tasks-dir {missing[0]}: no such folder")
+    add_tasks_dirs(dirs)
+
+
+# -- task folders: `task new|check|import`, `export flashinfer-bench` (bodies in workbench.tasks.commands) --------
+def _task_command(name: str):
+    """A CLI command that runs workbench.tasks.commands.<name>, turning its TaskError into one line and exit 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        from workbench.tasks import TaskError, commands
+
+        try:
+            return getattr(commands, name)(args)
+        except TaskError as exc:
+            raise CliError(str(exc), EXIT_FAIL) from exc
+
+    return run
+
+
+def _task_parsers(sub, tasks_flag) -> None:  # noqa: ANN001 - argparse's private subparsers type
+    task = sub.add_parser("task", help="make, import and check task folders (your own kernels)")
+    tsub = task.add_subparsers(dest="task_command", required=True)
+
+    p = tsub.add_parser("new", help="a task folder from a PyTorch function and a function making its inputs")
+    p.add_argument("name")
+    p.add_argument("--from", dest="source", required=True, metavar="FILE:FUNCTION", help="the reference function")
+    p.add_argument("--inputs", required=True, metavar="FILE:FUNCTION",
+                   help="a function taking the sizes as keyword arguments (defaults: the first shape) and returning "
+                        "the reference's arguments")
+    p.add_argument("--shape", action="append", metavar="K=V,...",
+                   help="a benchmark shape: sizes for the inputs function (repeatable; default: its defaults)")
+    p.add_argument("--no-compile-check", action="store_true", help="skip trying torch.compile of the baseline")
+    tasks_flag(p, create=True)
+    p.set_defaults(func=_task_command("task_new"))
+
+    p = tsub.add_parser("check", help="run a task's reference and baseline on its shapes; list what is wrong")
+    p.add_argument("name")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible")
+    p.add_argument("--compile", action="store_true", help="also run (and on a GPU time) the torch.compile baseline")
+    tasks_flag(p)
+    p.set_defaults(func=_task_command("task_check"))
+
+    imp = tsub.add_parser("import", help="task folders from other benchmarks' problem formats")
+    isub = imp.add_subparsers(dest="import_format", required=True)
+    p = isub.add_parser("kernelbench", help="KernelBench problem files (class Model, get_inputs, get_init_inputs)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--prefix", default="kb_", help="task name prefix (default kb_)")
+    p.add_argument("--check", action="store_true", help="also run `task check` on the CPU for each imported task")
+    tasks_flag(p, create=True)
+    p.set_defaults(func=_task_command("task_import_kernelbench"))
+    p = isub.add_parser("flashinfer-bench", help="a FlashInfer-Bench Definition (axes, inputs, outputs, reference run)")
+    p.add_argument("definition", metavar="DEFINITION.json")
+    p.add_argument("--workloads", metavar="FILE.jsonl", help="its Workloads: the values of its var axes")
+    p.add_argument("--name", help="the task's name (default: the definition's)")
+    tasks_flag(p, create=True)
+    p.set_defaults(func=_task_command("task_import_flashinfer"))
+
+    export = sub.add_parser("export", help="write a session's best attempt in another benchmark's format")
+    esub = export.add_subparsers(dest="export_format", required=True)
+    p = esub.add_parser("flashinfer-bench", help="a Solution and Traces (TraceSet layout) from a session's best")
+    p.add_argument("id", metavar="SESSION")
+    p.add_argument("--out", metavar="DIR", help="default: ./flashinfer-bench-<session id>")
+    p.add_argument("--sessions-dir", help="sessions folder (default: $WORKBENCH_SESSIONS or ./sessions)")
+    tasks_flag(p)
+    p.set_defaults(func=_task_command("export_flashinfer"))
+
+
 # -- parser --------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
@@ -589,6 +727,13 @@ def _parser() -> argparse.ArgumentParser:
 
     def sessions_flag(p: argparse.ArgumentParser) -> None:
         p.add_argument("--sessions-dir", help="sessions folder (default: $WORKBENCH_SESSIONS or ./sessions)")
+
+    def tasks_flag(p: argparse.ArgumentParser, create: bool = False) -> None:
+        p.add_argument("--tasks-dir", action="append", metavar="DIR",
+                       help="write the new task folder here (default: $WORKBENCH_TASKS, else ./tasks)" if create else
+                       "also look for tasks in DIR, after the shipped ones (repeatable; see $WORKBENCH_TASKS)")
+        if create:
+            p.set_defaults(creates_tasks=True)
 
     def budget_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--max-iterations", type=int, help="stop after this many attempts evaluated")
@@ -613,10 +758,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-mouse", action="store_true")
     budget_flags(p)
     sessions_flag(p)
+    tasks_flag(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("resume", help="continue a session where it stopped")
     p.add_argument("id")
+    p.add_argument("--accept-task-change", action="store_true",
+                   help="continue although the task's oracle files changed since the session started (journaled)")
     p.add_argument("--headless", action="store_true")
     p.add_argument("--no-mouse", action="store_true")
     budget_flags(p)
@@ -666,9 +814,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="also run the task's held-out shapes (what the agent never sees), reported apart")
     p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=None,
                    help="also time both sides under CUDA graphs (default: the task's graph_timing)")
+    tasks_flag(p)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("tasks", help="list tasks")
+    p = sub.add_parser("tasks", help="list tasks and the folder each comes from")
+    tasks_flag(p)
     p.set_defaults(func=cmd_tasks)
 
     p = sub.add_parser("doctor", help="environment report for bug reports")
@@ -686,7 +836,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", help="the CUDA shape ncu or the sanitizer runs (default: the task's first)")
     p.add_argument("--against", metavar="JSON", help="a previous `workbench profile --json` output to diff against")
     p.add_argument("--json", action="store_true")
+    tasks_flag(p)
     p.set_defaults(func=cmd_profile)
+    _task_parsers(sub, tasks_flag)
+    parser.set_defaults(tasks_dir=None, creates_tasks=False)
     return parser
 
 
@@ -694,6 +847,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run one command; errors the person can fix are one line on stderr."""
     args = _parser().parse_args(argv)
     try:
+        if args.tasks_dir:
+            _use_tasks_dirs(args.tasks_dir, create=args.creates_tasks)
         return args.func(args)
     except CliError as exc:
         print(f"workbench: {exc}", file=sys.stderr)

@@ -10,11 +10,15 @@ os.environ["FLA_TILELANG"] = "0"
 
 NAME = "fla.chunk_kda"
 
+import torch
+
 try:
-    import torch
     from fla.ops.kda import chunk_kda
-except Exception:  # any import failure means "no baseline here", and the evaluator falls back to the reference
+
+    _WHY_NOT = ""
+except Exception as exc:  # any import failure means "no baseline here", and the evaluator falls back to the reference
     chunk_kda = None
+    _WHY_NOT = f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def available() -> bool:
@@ -23,7 +27,13 @@ def available() -> bool:
 
 
 def forward(q, k, v, g, beta, scale, initial_state):
-    """Same semantics as reference.forward: returns (o, final_state fp32)."""
+    """Same semantics as reference.forward: returns (o, final_state fp32).
+
+    Raises:
+        RuntimeError: FLA did not import, or there is no CUDA device (one line, naming which).
+    """
+    if not available():
+        raise RuntimeError(f"{NAME} is unavailable here: {_WHY_NOT or 'no CUDA device'}")
     o, final_state = chunk_kda(
         q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=True
     )

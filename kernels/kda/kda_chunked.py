@@ -2,26 +2,33 @@
 
 Math: KERNELS.md section 1.3. Per 64-token chunk with chunk-local log2 cumulative decay G (Gamma = 2^G):
     L  = strictly-lower beta_r k_r.(2^(G_r - G_j) k_j)        Aqk = lower-incl. scale q_r.(2^(G_r - G_j) k_j)
-    M  = (I + L)^-1                                           W = M (beta Gamma K),  U = M (beta V)
+    M  = (I + L)^-1 diag(beta)                                W = M (Gamma K),  U = M V
     kg = 2^(G_C - G) K,  qg = scale Gamma Q,  gc = 2^(G_C)
 and the scan, per chunk with entry state S (fp32, in registers):
     V' = U - W S;   O = qg S + Aqk V';   S <- diag(gc) S + kg^T V'.
 
 Exponent range (KERNELS.md section 1.4): exp2(G_r - G_j) is split into a row and a column factor around an
-anchor that is always a past row of the rows it serves, with a fixed (zero) offset: row block i (16 rows) of
-Akk and Aqk uses the row just before it, so row factors are <= 1 and column factors <= 2^115.4 for g in
-[-5, 0), finite in fp32 and bf16; a column factor underflows only where the exact product is below it. o_t
-never depends on later tokens. Partial chunks are padded with g = k = v = beta = 0, so padded rows neither
-decay the state nor add to it.
+anchor that is always a past row of the rows it serves. First around the chunk start (anchor 0): row factors
+2^G_r <= 1 and column factors 2^-G_j, one tensor-core product per K slice for all of Akk and one (or three) for
+Aqk. That is exact and finite for each row whose decay from the chunk start stays below REACH = 120 log2 units on
+every channel, which holds for every row of the task's default and mild gates. Rows at or past it (at the g = -5
+bound, rows 16 on) are then redone around the row before their 16-row block, as before: row factors <= 1, column
+factors <= 2^115.4 for g in [-5, 0). Each row's own decay picks its path, so o_t never depends on later tokens.
+Partial chunks are padded with g = k = v = beta = 0, so padded rows neither decay the state nor add to it.
 
-Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, the four
-anchor rows picked in one reduction, and eight tensor-core products of row-masked rows against each row block's
-own columns, accumulated in place) stores qg, kg, gc, Aqk and beta Gamma K (parked in w) and keeps L in
-registers; then the four 16x16 diagonal blocks of I + L, transposed once so that no dependent step needs a
-layout change, are inverted in fp32 (forward substitution on their 8x8 halves, all eight at once, and two 8x8x8
-products for each corner) and merged with four tf32 products, and W = M (beta Gamma K) overwrites the parked
-values while U = M (beta V) is written. The scan reads the intermediates once per V-block and writes o and the
-final state, so no per-chunk state goes to memory. Two launches in all, against FLA's six.
+Precision: o is compared in bf16 with the fp64 oracle's bf16 o, and a CPU model of this arithmetic
+(benchmarks/kda_precision.py) put most of the remaining error on the bf16 operands of Aqk and on beta V's
+rounding. Aqk is therefore one tf32 product of fp32 operands (aqk_ops, _aqk_dot), and beta is folded into M's
+columns, so U = (M diag beta) V rounds M beta once and V not at all.
+
+Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, the chunk-start
+products accumulated in place) stores qg, kg, gc, Aqk and Gamma K (parked in w) and keeps L in registers, with a
+second pass only where rows reach REACH; then the four 16x16 diagonal blocks of I + L, transposed once so that no
+dependent step needs a layout change, are inverted in fp32 (forward substitution on their 8x8 halves, all eight
+at once, and two 8x8x8 products for each corner) and merged with four tf32 products, and W = M diag(beta) Gamma K
+overwrites the parked values while U = M diag(beta) V is written. The scan reads the intermediates once per
+V-block and writes o and the final state, so no per-chunk state goes to memory. Two launches in all, against
+FLA's six.
 """
 
 import torch
@@ -29,30 +36,41 @@ import triton
 import triton.language as tl
 
 BT = 64  # chunk length
+REACH = tl.constexpr(120.0)
+"""log2 decay from the chunk start up to which a row's products are taken around the chunk start (2^120 and
+2^-120 are normal in fp32 and bf16, with 2^6 to spare before overflow)."""
 
 # The last compiled kernels launched, by name, so benchmarks can report registers, spills and shared memory.
 LAUNCHED = {}
 # BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
-# per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms
-# on 2026-11-30 (benchmarks/RESULTS.md has the tables); this CONFIG: 1.221 (FLA 1.842 in the same run).
-#   anchors in one reduction + inverse by 8x8 halves: 1.221; each alone 1.228 / 1.242; neither (the old code,
-#   four row reductions and a 15-step 16x16 substitution): 1.253
+# per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms,
+# FLA 0.6.0 in the same run (benchmarks/RESULTS.md has the tables).
+# 2026-12-01 (issue 19), FLA 1.842: this CONFIG 1.081 (o error 3.4e-3 at K1, held-out at most 3.80e-3); the
+#   2026-11-30 kernel 1.216 (4.38e-3); prep_stages 2 1.151; Aqk from one bf16 product (aqk_ops 0) 1.034 but
+#   held-out o 4.11e-3, three bf16 products (aqk_ops 1) 1.188 (3.76e-3). BK 32 (with BVP 32) faulted with an
+#   illegal address, and with prep_stages 3 gave o error 1.2, although the interpreter passes BK 16: cause not
+#   isolated (tf32 products are new on that path; the 2026-11-30 tf32 variant a_f32 also faulted), so BK and BVP
+#   stay 64 on CUDA. aqk_lo with scan_stages 3 needs 237568 B of shared memory, over the 232448 limit.
+# 2026-11-30, FLA 1.842: anchors in one reduction + inverse by 8x8 halves: 1.221; each alone 1.228 / 1.242;
+#   neither (four row reductions and a 15-step 16x16 substitution): 1.253
 #   removed (same day, against 1.227-1.229 in the same runs): halves inverted by halves again (4x4) 1.229; 8x8
 #   halves by fp32 products (I - T)(I + T^2)(I + T^4) 1.551; v prefetched before the inverse 1.225 (noise), v and
 #   the stash 1.234; scan as a programmatic dependent launch 1.232; scan issuing the state update before the
 #   output 1.258
-#   kept knobs: prep_stages 1: 1.313, 3: 1.274; BV 32: 1.441; scan_warps 8: 1.475; BK 32: prep 1.37 ms (1.08)
+#   kept knobs: BV 32: 1.441; scan_warps 8: 1.475
 #   removed: untransposed forward substitution: 1.258-1.263, same errors (also in benchmarks/kda_stress.py)
 #   removed: row blocks masked after the products 1.283 (1.274 with 2 stages); K loop unrolled 1.300
 #   removed: prep register cap 168: 1.416, 128: 1.958 (spills); block-local anchors 1.376
 #   removed: anchors from block sums 1.753 (of the tile) / 1.429 (of a second load); cumsum by tf32 products 1.985
 #   removed: diagonal inverse by powers of L: NaN in tf32 on identical keys, 1.294 in tf32x3
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
-TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [32, 64], "prep_warps": [4, 8],
-            "prep_stages": [1, 2, 3]}
-"""What the offline tuner (and an agent) may vary; BV stays automatic."""
+TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [64], "BVP": [64], "prep_warps": [4, 8],
+            "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1]}
+"""What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
+from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
+rounding remainder stored too, for a second product in the scan."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
-          "prep_stages": 2}
+          "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0}
 
 
 @triton.jit
@@ -130,98 +148,128 @@ def _inv_by_halves(Lt, NB: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def _intra_slice(kk, qb, kb, gb, bt, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, aqk_acc, K: tl.constexpr,
-                 BK: tl.constexpr):
-    """One BK-column slice of _intra: stores its columns of qg, kg, beta Gamma K and gc, and adds its part of
-    Akk and Aqk to the accumulators."""
+def _aqk_dot(a, b_t, acc, op_ty: tl.constexpr, AQK_OPS: tl.constexpr):
+    """acc + a @ b_t for fp32 tiles a [M, D] and b_t [D, N]: one product of the tiles rounded to the inputs' dtype
+    (AQK_OPS 0; u = 2^-8 in bf16), three, a_hi b_hi + a_lo b_hi + a_hi b_lo with x_lo = x - x_hi, which leaves the
+    operands' rounding near u^2 (1; the a_lo b_lo term is below that), or one tf32 product (2; u = 2^-11)."""
+    if AQK_OPS == 2:
+        acc = tl.dot(a, b_t, acc, input_precision="tf32")
+    else:
+        a_hi = a.to(op_ty)
+        b_hi = b_t.to(op_ty)
+        acc = tl.dot(a_hi, b_hi, acc)
+        if AQK_OPS == 1:
+            acc = tl.dot((a - a_hi.to(tl.float32)).to(op_ty), b_hi, acc)
+            acc = tl.dot(a_hi, (b_t - b_hi.to(tl.float32)).to(op_ty), acc)
+    return acc
+
+
+@triton.jit
+def _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, aqk_acc, reach,
+                 K: tl.constexpr, BK: tl.constexpr, AQK_OPS: tl.constexpr):
+    """One BK-column slice of the chunk-start-anchored products: stores its columns of qg, kg, Gamma K (into w)
+    and gc, adds its part of Akk and Aqk (anchor 0, the row before the chunk) and raises reach, the largest -G of
+    each row over the channels seen so far."""
     LN2INV: tl.constexpr = 1.4426950408889634
-    op_ty = qb.dtype.element_ty
+    op_ty: tl.constexpr = qb.dtype.element_ty
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
     cols = kk + tl.arange(0, BK)
     gl = _rows_tile(gb, r64, rmask, H * K, cols) * LN2INV
     G = tl.cumsum(gl, 0)
-    # rows 15, 31, 47 and 63 in one reduction over the rows (one cross-warp pass instead of four); the four
-    # rows then sit in each thread's registers, so picking one out is local
-    blk = tl.arange(0, 4)
-    ends = tl.sum(tl.where(rr[None, :, :] == (16 * blk + 15)[:, None, None], G[None, :, :], 0.0), 1)
-    c1 = tl.sum(tl.where(blk[:, None] == 0, ends, 0.0), 0)
-    c2 = tl.sum(tl.where(blk[:, None] == 1, ends, 0.0), 0)
-    c3 = tl.sum(tl.where(blk[:, None] == 2, ends, 0.0), 0)
-    gC = tl.sum(tl.where(blk[:, None] == 3, ends, 0.0), 0)
+    gC = tl.sum(tl.where(rr == 63, G, 0.0), 0)
     kt = _rows_tile(kb, r64, rmask, H * K, cols)
     eG = tl.exp2(G)
     _store_chunk(kg + mid_row * K, K, cols, kt * tl.exp2(gC[None, :] - G))
-    # beta Gamma K, parked in w until M is known
-    _store_chunk(w + mid_row * K, K, cols, kt * eG * bt[:, None])
     tl.store(gcb + cols, tl.exp2(gC))
-    qt = _rows_tile(qb, r64, rmask, H * K, cols) * scale
-    _store_chunk(qg + mid_row * K, K, cols, qt * eG)
+    rk = kt * eG
+    # Gamma K, parked in w until M diag(beta) is known
+    _store_chunk(w + mid_row * K, K, cols, rk)
+    rq = _rows_tile(qb, r64, rmask, H * K, cols) * (eG * scale)
+    _store_chunk(qg + mid_row * K, K, cols, rq)
+    # column factors 2^-G_j, clamped at 2^REACH: exact for every row whose reach is below REACH (its columns j <= r
+    # have -G_j <= -G_r), finite for every other row, whose products _blocked_slice redoes
+    col_t = tl.trans(kt * tl.exp2(tl.minimum(-G, REACH)))
+    akk = tl.dot(rk.to(op_ty), col_t.to(op_ty), akk)
+    aqk_acc = _aqk_dot(rq, col_t, aqk_acc, op_ty, AQK_OPS)
+    return akk, aqk_acc, tl.maximum(reach, tl.max(-G, 1))
 
-    A = tl.where(rr < 16, 0.0, tl.where(rr < 32, c1[None, :], tl.where(rr < 48, c2[None, :], c3[None, :])))
-    eA = tl.exp2(G - A)
-    rk = kt * eA
-    rq = qt * eA
-    cb = kt * tl.exp2(A - G)
-    # each row block is a dot of row-masked rows with the block's own columns, accumulated in place
-    # block 0: anchor 0
-    col = tl.trans(tl.where(rr < 16, cb, 0.0).to(op_ty))
-    akk = tl.dot(tl.where(rr < 16, rk, 0.0).to(op_ty), col, akk)
-    aqk_acc = tl.dot(tl.where(rr < 16, rq, 0.0).to(op_ty), col, aqk_acc)
-    # block 1: anchor c1
-    f = tl.where(rr < 16, tl.exp2(c1)[None, :], 1.0)
-    col = tl.trans(tl.where(rr < 32, cb * f, 0.0).to(op_ty))
-    m = (rr >= 16) & (rr < 32)
-    akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
-    aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
-    # block 2: anchor c2
-    f = tl.where(rr < 16, tl.exp2(c2)[None, :], tl.where(rr < 32, tl.exp2(c2 - c1)[None, :], 1.0))
-    col = tl.trans(tl.where(rr < 48, cb * f, 0.0).to(op_ty))
-    m = (rr >= 32) & (rr < 48)
-    akk = tl.dot(tl.where(m, rk, 0.0).to(op_ty), col, akk)
-    aqk_acc = tl.dot(tl.where(m, rq, 0.0).to(op_ty), col, aqk_acc)
-    # block 3: anchor c3
-    f = tl.where(rr < 16, tl.exp2(c3)[None, :],
-                 tl.where(rr < 32, tl.exp2(c3 - c1)[None, :],
-                          tl.where(rr < 48, tl.exp2(c3 - c2)[None, :], 1.0)))
-    col = tl.trans((cb * f).to(op_ty))
-    akk = tl.dot(tl.where(rr >= 48, rk, 0.0).to(op_ty), col, akk)
-    aqk_acc = tl.dot(tl.where(rr >= 48, rq, 0.0).to(op_ty), col, aqk_acc)
+
+@triton.jit
+def _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: tl.constexpr, BK: tl.constexpr,
+                   AQK_OPS: tl.constexpr):
+    """One BK-column slice of Akk and Aqk for the rows in `far` only (rows whose decay from the chunk start
+    reaches REACH on some channel), each 16-row block around its own past anchor: rows 2^(G_r - c_i) <= 1, columns
+    2^(c_i - G_j) <= 2^115.4 for the block's own columns (g >= -5), zero past them. Rows 0-15 never reach REACH
+    for g >= -5 (at most 115.4), so block 0 is not redone."""
+    LN2INV: tl.constexpr = 1.4426950408889634
+    op_ty: tl.constexpr = qb.dtype.element_ty
+    r64 = tl.arange(0, 64)
+    rr = r64[:, None]
+    cols = kk + tl.arange(0, BK)
+    G = tl.cumsum(_rows_tile(gb, r64, rmask, H * K, cols) * LN2INV, 0)
+    # rows 15, 31 and 47 in one reduction over the rows
+    blk = tl.arange(0, 4)
+    ends = tl.sum(tl.where(rr[None, :, :] == (16 * blk + 15)[:, None, None], G[None, :, :], 0.0), 1)
+    kt = _rows_tile(kb, r64, rmask, H * K, cols)
+    qt = _rows_tile(qb, r64, rmask, H * K, cols) * scale
+    for i in tl.static_range(1, 4):
+        c = tl.sum(tl.where(blk[:, None] == i - 1, ends, 0.0), 0)
+        m = (rr >= 16 * i) & (rr < 16 * i + 16) & far[:, None]
+        rowf = tl.where(m, tl.exp2(G - c[None, :]), 0.0)
+        col_t = tl.trans(tl.where(rr < 16 * i + 16, kt * tl.exp2(c[None, :] - G), 0.0))
+        akk = tl.dot((kt * rowf).to(op_ty), col_t.to(op_ty), akk)
+        aqk_acc = _aqk_dot(qt * rowf, col_t, aqk_acc, op_ty, AQK_OPS)
     return akk, aqk_acc
 
 
 @triton.jit
-def _intra(qb, kb, gb, bt, w, qg, kg, aqk, gcb, mid_row, rmask, scale, H, K: tl.constexpr, BK: tl.constexpr):
-    """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk, qg, kg, beta Gamma K (into
-    w, until W replaces it) and gc, for one chunk."""
+def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, mid_row, rmask, scale, H, K: tl.constexpr,
+           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr):
+    """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk (bf16, plus its rounding
+    remainder in aqk_lo when AQK_LO), qg, kg, Gamma K (into w, until W replaces it) and gc, for one chunk.
+
+    G = chunk-local cumulative log2 decay. Every product is first taken around the chunk start (anchor 0, a past
+    row of every row): rows 2^G_r <= 1, columns 2^-G_j. That is exact and finite for each row r whose reach
+    max_d -G_r[d] stays below REACH (2^-G_j <= 2^-G_r for j <= r), which is every row under the task's default
+    and mild gates. Rows at or past it (a chunk decaying faster than REACH / 64 = 1.9 log2 per token on some
+    channel: the g = -5 bound does) are zeroed and recomputed by _blocked_slice around 16-row past anchors. The
+    row's own reach picks its path, so o_t still never depends on later tokens.
+    """
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
     cc = r64[None, :]
     akk = tl.zeros([64, 64], dtype=tl.float32)
     aqk_acc = tl.zeros([64, 64], dtype=tl.float32)
-    # G = chunk-local cumulative log2 decay, c_i = G at the row before 16-row sub-chunk i (c_0 = 0). Row block
-    # i of Akk and Aqk is one product around the anchor c_i, a past row of every row it serves:
-    #   rows 2^(G_r - c_i) <= 1,   cols 2^(c_i - G_j) (j < 16(i+1); <= 2^115.4 for g >= -5, inside fp32/bf16).
-    # A column factor may underflow only for j < 16i, where the exact product is below that column factor.
-    # The upper triangle is masked once at the end.
+    reach = tl.zeros([64], dtype=tl.float32)
     for kk in range(0, K, BK):
-        akk, aqk_acc = _intra_slice(kk, qb, kb, gb, bt, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, aqk_acc,
-                                    K, BK)
-
-    _store_chunk(aqk + mid_row * 64, 64, r64, tl.where(rr >= cc, aqk_acc, 0.0))
+        akk, aqk_acc, reach = _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk,
+                                           aqk_acc, reach, K, BK, AQK_OPS)
+    far = reach >= REACH
+    if tl.max(far.to(tl.int32), 0) > 0:
+        akk = tl.where(far[:, None], 0.0, akk)
+        aqk_acc = tl.where(far[:, None], 0.0, aqk_acc)
+        for kk in range(0, K, BK):
+            akk, aqk_acc = _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K, BK, AQK_OPS)
+    aqk_acc = tl.where(rr >= cc, aqk_acc, 0.0)
+    hi = aqk_acc.to(aqk.dtype.element_ty)
+    _store_chunk(aqk + mid_row * 64, 64, r64, hi)
+    if AQK_LO:
+        _store_chunk(aqk_lo + mid_row * 64, 64, r64, aqk_acc - hi.to(tl.float32))
     return tl.where(rr > cc, akk * bt[:, None], 0.0)
 
 
 @triton.jit
 def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
         BVP: tl.constexpr):
-    """M = (I + L)^-1, then W = M (beta Gamma K) over the stash in w, and U = M (beta V)."""
-    op_ty = vb.dtype.element_ty
+    """M = (I + L)^-1 diag(beta), then W = M (Gamma K) over the stash in w, and U = M V (beta folded into M's
+    columns: one rounding of M beta instead of one of beta V)."""
+    op_ty: tl.constexpr = vb.dtype.element_ty
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
     cc = r64[None, :]
     # The four 16x16 diagonal blocks inverted in fp32 (D^-1, _inv_by_halves), then with Z = D^-1 N for the
-    # block-lower rest N (Z^4 = 0): M = D^-1 - Z (D^-1 - Z (D^-1 - Z D^-1)), tf32 products. Row r of M
+    # block-lower rest N (Z^4 = 0): (I + L)^-1 = D^-1 - Z (D^-1 - Z (D^-1 - Z D^-1)), tf32 products. Row r of M
     # involves rows <= r of L only.
     band = rr // 16 - cc // 16
     b4 = tl.arange(0, 4)
@@ -234,18 +282,17 @@ def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr,
     p = tl.dot(z, dinv)
     p = tl.dot(z, dinv - p)
     p = tl.dot(z, dinv - p)
-    x = dinv - p
-    m_o = x.to(op_ty)
+    # beta is loaded here rather than kept live across the inversion (registers); rows past T have beta 0
+    bt = tl.load(betab + r64 * H, mask=rmask, other=0.0).to(tl.float32)
+    m_o = ((dinv - p) * bt[None, :]).to(op_ty)
     for kk in tl.static_range(0, K, BK):
         cols = kk + tl.arange(0, BK)
         xw = tl.load(w + mid_row * K + (rr * K + cols[None, :]))
         _store_chunk(w + mid_row * K, K, cols, tl.dot(m_o, xw))
-    # beta is loaded here rather than kept live across the inversion (registers)
-    bt = tl.load(betab + r64 * H, mask=rmask, other=0.0).to(tl.float32)
     for vv in tl.static_range(0, V, BVP):
         cols = vv + tl.arange(0, BVP)
-        y = _rows_tile(vb, r64, rmask, H * V, cols) * bt[:, None]
-        _store_chunk(u + mid_row * V, V, cols, tl.dot(m_o, y.to(op_ty)))
+        y = tl.load(vb + (r64[:, None] * (H * V) + cols[None, :]), mask=rmask[:, None], other=0.0)
+        _store_chunk(u + mid_row * V, V, cols, tl.dot(m_o, y))
 
 
 @triton.jit
@@ -265,21 +312,22 @@ def _chunk_setup(T, NT, H):
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, gc, T, NT, scale, H, K: tl.constexpr, V: tl.constexpr,
-              BK: tl.constexpr, BVP: tl.constexpr):
+def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, T, NT, scale, H, K: tl.constexpr,
+              V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
+              AQK_LO: tl.constexpr):
     """Everything chunk-parallel, for one (chunk, head); L never leaves registers."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H)
     bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
-    L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, gc + mid_row // 64 * K,
-               mid_row, rmask, scale, H, K, BK)
+    L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, aqk_lo,
+               gc + mid_row // 64 * K, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO)
     # the stash of beta Gamma K in w was written by other threads of this program
     tl.debug_barrier()
     _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BK, BVP)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_scan(w, u, qg, kg, aqk, gc, h0, o, ht, T, NT, H,
-              K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr):
+def _kda_scan(w, u, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H,
+              K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr):
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // H
@@ -306,6 +354,8 @@ def _kda_scan(w, u, qg, kg, aqk, gc, h0, o, ht, T, NT, H,
         Vp = Ut - tl.dot(Wt, Sb)
         Vb = Vp.to(Wt.dtype)
         Ot = tl.dot(At, Vb, tl.dot(Qt, Sb))
+        if AQK_LO:
+            Ot = tl.dot(tl.load(aqk_lo + r[:, None] * 64 + rt[None, :]), Vb, Ot)
         tok = it * 64 + rt
         tl.store(o_base + tok[:, None] * (H * V) + cv[None, :], Ot.to(o.dtype.element_ty),
                  mask=(tok < T)[:, None])
@@ -334,6 +384,9 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     bv = min(cfg["BV"] or _pick_bv(B, H, V), V)
     bk = min(cfg["BK"], K)
     bvp = min(cfg["BVP"], V)
+    if q.is_cuda and (bk < min(64, K) or bvp < min(64, V)):
+        raise ValueError(f"kda_chunked: BK={bk}, BVP={bvp}: slices below 64 gave wrong o or an illegal address on "
+                         "the H200 (2026-12-01)")
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     dev = q.device
     NT = triton.cdiv(T, BT)
@@ -343,16 +396,18 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     kg = torch.empty_like(w)
     u = torch.empty(B * H, NT * BT, V, dtype=q.dtype, device=dev)
     aqk = torch.empty(B * H, NT * BT, BT, dtype=q.dtype, device=dev)
+    # the rounding remainder of Aqk, read by the scan as a second product (aqk_lo); else never touched
+    aqk_lo = torch.empty_like(aqk) if cfg["aqk_lo"] else aqk
     gc = torch.empty(B * H, NT, K, dtype=torch.float32, device=dev)
     o = torch.empty(B, T, H, V, dtype=v.dtype, device=dev)
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
     LAUNCHED["prep"] = _kda_prep[(NT, B * H)](
-        q, k, v, g, beta, w, u, qg, kg, aqk, gc, T, NT, float(scale), H, K=K, V=V, BK=bk, BVP=bvp,
-        num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
+        q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, T, NT, float(scale), H, K=K, V=V, BK=bk, BVP=bvp,
+        AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"], num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
     LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
-        w, u, qg, kg, aqk, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,
-        num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
+        w, u, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,
+        AQK_LO=cfg["aqk_lo"], num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
     return o, ht
 
 

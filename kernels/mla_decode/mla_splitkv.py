@@ -7,6 +7,7 @@ splits (B=1) the Gluon kernel also does stage 2's work: its programs meet at a b
 and each merges a share of the partials, so the call is a single (cooperative) launch.
 """
 
+import dataclasses
 import functools
 import itertools
 
@@ -18,12 +19,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits": [0, 16, 32, 64, 128],
             "LAZY_RESCALE": [False, True], "BLOCK_H": [16, 32, 64], "num_warps": [4, 8],
             "LOAD": ["masked", "peeled", "tma"], "MERGE_BLOCK_D": [0, 32, 64, 128, 256, 512],
             "MERGE_HEADS": [1, 2, 4, 8, 16], "PDL": [False, True], "STAGE1": ["triton", "gluon"],
-            "MERGE": ["kernel", "fused", "auto"], "STORE": ["lsu", "tma"]}
+            "MERGE": ["kernel", "fused", "auto"], "STORE": ["lsu", "tma"], "LAUNCH": ["cached", "jit"]}
 # num_splits 0 means: choose from the shape so that stage 1 has about one program per SM.
 # Measured on the H200 (benchmarks/mla_bench.py --tune, 2026-11-29): BLOCK_N=64 x 2 stages is fastest at M3
 # (163 us) and ties at M1 (17.3 us); 32 x 3/4 stages 170/171 us, 16 x 6/8 stages 278 us, and LAZY_RESCALE is 4-7%
@@ -67,9 +69,19 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # Also measured with the Gluon stage 1 (graph us M1/M2/M3/M4, H200, 2026-11-30; the shipped 64 x 2 two-kernel run
 # alongside was 14.74/17.03/83.31/257.6): PDL, stage 1 releasing stage 2 right after issuing its loads,
 # 16.82/20.05/82.26/269.5; 32-row tiles x 4 stages, 14.41/17.80/102.7/380.8. Neither ships.
+# LAUNCH: "cached" keeps a plan per input layout (shapes, strides, dtypes, devices, alignment, config) and launches its
+# compiled kernels' handles with plain addresses and cached TMA descriptors from the plan's second call on; "jit"
+# launches through the JIT functions every call. H200, same run (benchmarks/mla_compare.py, 2026-12-01), M1 eager us
+# per call / host us per call without a sync: cached 31.5 / 28.0, jit 92.9 / 90.5, main's kernel before this change
+# 140.9 / 146.5; graph times unchanged (14.25 / 14.18 / 14.30). Of the 28 us, Triton's launcher wrapper (a Python
+# loop over the 37 arguments, three descriptor encodings) is about a third, and a candidate cannot reach the raw
+# launcher (triton.backends is off limits, the function sits in a closure).
+# Paged caches: the Gluon stage 1 reads a 64-row tile per page lookup (page size a multiple of BLOCK_N), at the
+# contiguous cache's speed (M5 = M3 paged by 64: 85.4 against 84.6 us graphed); page size 1 takes the tl stage 1,
+# which gathers rows through pointers (M6: 162.2 us, FlashInfer's fa3 94.3).
 CONFIG = {"BLOCK_N": 64, "num_stages": 2, "num_splits": 0, "LAZY_RESCALE": False, "BLOCK_H": 64, "num_warps": 8,
           "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon", "MERGE": "auto",
-          "STORE": "tma"}
+          "STORE": "tma", "LAUNCH": "cached"}
 
 D_LATENT = 512
 D_ROPE = 64
@@ -113,12 +125,23 @@ def _attend_tile(q_lat, q_rope, c, r, mask_n, m_i, l_i, acc, qk_scale,
 
 
 @triton.jit
-def _load_masked_tile(kv_ptr, n0, end, stride_kvn, D_LAT: tl.constexpr, D_ROPE: tl.constexpr,
-                      BLOCK_N: tl.constexpr):
+def _row_ptrs(KV, BT, b, offs_n, live, stride_kvb, stride_kvn, stride_btb, PS, PAGED: tl.constexpr):
+    """Where the cache rows offs_n of batch row b start: b's slab of a contiguous cache, or, paged, row offs_n % PS
+    of the page b's block table names (stride_kvb is then the page stride). Rows that are not live read no table
+    entry: past a row's pages it may be UNUSED (-1)."""
+    if PAGED:
+        page = tl.load(BT + b * stride_btb + offs_n // PS, mask=live, other=0).to(tl.int64)
+        return KV + page * stride_kvb + (offs_n % PS) * stride_kvn
+    return KV + b * stride_kvb + offs_n * stride_kvn
+
+
+@triton.jit
+def _load_masked_tile(KV, BT, b, n0, end, stride_kvb, stride_kvn, stride_btb, PS, PAGED: tl.constexpr,
+                      D_LAT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_N: tl.constexpr):
     """Rows [n0, n0 + BLOCK_N) of the cache through pointers, rows at or past `end` zeroed (they may hold NaN)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     mask_n = offs_n < end
-    row_ptr = kv_ptr + offs_n[:, None] * stride_kvn
+    row_ptr = _row_ptrs(KV, BT, b, offs_n, mask_n, stride_kvb, stride_kvn, stride_btb, PS, PAGED)[:, None]
     c = tl.load(row_ptr + tl.arange(0, D_LAT)[None, :], mask=mask_n[:, None], other=0.0)
     r = tl.load(row_ptr + D_LAT + tl.arange(0, D_ROPE)[None, :], mask=mask_n[:, None], other=0.0)
     return c, r, mask_n
@@ -126,12 +149,13 @@ def _load_masked_tile(kv_ptr, n0, end, stride_kvn, D_LAT: tl.constexpr, D_ROPE: 
 
 @triton.jit
 def _mla_split_attend(
-    Q, KV, SEQLENS, O, LSE, OP, LSEP, KV_LAT_DESC, KV_ROPE_DESC,
+    Q, KV, SEQLENS, O, LSE, OP, LSEP, KV_LAT_DESC, KV_ROPE_DESC, BT,
     qk_scale, split_len,
-    stride_qb, stride_qh, stride_kvb, stride_kvn, stride_ob, stride_oh,
-    H, N, num_splits,
+    stride_qb, stride_qh, stride_kvb, stride_kvn, stride_ob, stride_oh, stride_btb,
+    H, N, PS, num_splits,
     D_LAT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     SINGLE: tl.constexpr, LAZY_RESCALE: tl.constexpr, LOAD: tl.constexpr, PDL: tl.constexpr,
+    PAGED: tl.constexpr,
 ):
     """One (head group, split, batch row): online softmax over rows [s*split_len, min((s+1)*split_len, len)).
 
@@ -139,8 +163,10 @@ def _mla_split_attend(
     normalised by its own denominator (in OP's dtype) and lse in log2 units to the partial buffers, and writes
     nothing at all when the split is empty (stage 2 skips it by the same bounds).
     LOAD 0 masks every tile; 1 and 2 peel the last partial tile off, so the full tiles load unmasked (2: through
-    the TMA descriptors over the cache viewed as [B*N, 576]) and only the tail pays for the mask. Rows past the
+    the TMA descriptors over the cache viewed as [rows, 576]) and only the tail pays for the mask. Rows past the
     length may hold anything, NaN included, so the tail always goes through a masked load that zeroes them.
+    PAGED reads row n of batch row b from page BT[b, n // PS], row n % PS of it (with LOAD 2 the host has checked
+    that PS is a multiple of BLOCK_N, so a full tile lies in one page).
     With PDL every program lets the dependent merge launch at once: the merge can only start on SMs this grid
     leaves free (one program fills an SM's registers), and it waits for this whole grid before reading partials.
     """
@@ -167,10 +193,10 @@ def _mla_split_attend(
     m_i = tl.full([BLOCK_H], -float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, D_LAT], dtype=tl.float32)
-    kv_ptr = KV + b * stride_kvb
     if LOAD == 0:
         for n0 in range(start, end, BLOCK_N):
-            c, r, mask_n = _load_masked_tile(kv_ptr, n0, end, stride_kvn, D_LAT, D_ROPE, BLOCK_N)
+            c, r, mask_n = _load_masked_tile(KV, BT, b, n0, end, stride_kvb, stride_kvn, stride_btb, PS, PAGED,
+                                             D_LAT, D_ROPE, BLOCK_N)
             m_i, l_i, acc = _attend_tile(q_lat, q_rope, c, r, mask_n, m_i, l_i, acc, qk_scale, True, LAZY_RESCALE)
         tail = end
     else:
@@ -178,18 +204,23 @@ def _mla_split_attend(
         for n0 in range(start, tail, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
             if LOAD == 2:
-                # Global row of the [B*N, 576] view; every row of a full tile is below the length.
-                row = (b * N).to(tl.int32) + n0
+                # Global row of the [rows, 576] view; every row of a full tile is below the length.
+                if PAGED:
+                    row = tl.load(BT + b * stride_btb + n0 // PS) * PS + n0 % PS
+                else:
+                    row = (b * N).to(tl.int32) + n0
                 c = KV_LAT_DESC.load([row, 0])
                 r = KV_ROPE_DESC.load([row, D_LAT])
             else:
-                row_ptr = kv_ptr + offs_n[:, None] * stride_kvn
+                row_ptr = _row_ptrs(KV, BT, b, offs_n, offs_n >= 0, stride_kvb, stride_kvn, stride_btb, PS,
+                                    PAGED)[:, None]
                 c = tl.load(row_ptr + offs_c[None, :])
                 r = tl.load(row_ptr + D_LAT + offs_r[None, :])
             m_i, l_i, acc = _attend_tile(q_lat, q_rope, c, r, offs_n, m_i, l_i, acc, qk_scale, False,
                                          LAZY_RESCALE)
         if tail < end:
-            c, r, mask_n = _load_masked_tile(kv_ptr, tail, end, stride_kvn, D_LAT, D_ROPE, BLOCK_N)
+            c, r, mask_n = _load_masked_tile(KV, BT, b, tail, end, stride_kvb, stride_kvn, stride_btb, PS, PAGED,
+                                             D_LAT, D_ROPE, BLOCK_N)
             m_i, l_i, acc = _attend_tile(q_lat, q_rope, c, r, mask_n, m_i, l_i, acc, qk_scale, True, LAZY_RESCALE)
 
     # An empty split has l_i == 0; its results are never stored, the guard only keeps 0/0 out of the arithmetic.
@@ -278,38 +309,54 @@ def _bounds(SEQLENS, split_len, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _issue_tile(lat_desc, rope_desc, c_buf, r_buf, bar, row):
-    mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, c_buf)
-    tma.async_copy_global_to_shared(rope_desc, [row, G_LAT], bar, r_buf)
+def _issue_rows(desc, row, bar, lat_buf, rope_buf):
+    """Rows [row, row + box) of a [rows, 576] tensor into a 512-column and a 64-column buffer, on one barrier. The
+    descriptor's box is 64 columns (the 128-byte swizzle span, as wide as a box may be), so one descriptor serves
+    both parts: nine copies, as Gluon itself would split a 512-wide box into."""
+    mbarrier.expect(bar, (G_LAT // 64 + 1) * desc.block_type.nbytes)
+    for k in gl.static_range(G_LAT // 64):
+        tma.async_copy_global_to_shared(desc, [row, k * 64], bar, lat_buf.slice(k * 64, 64, dim=1))
+    tma.async_copy_global_to_shared(desc, [row, G_LAT], bar, rope_buf)
 
 
 @gluon.jit
-def _g_load(descs, smem, bars, scalars, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr):
+def _tile_row(pages, N, b, n0, PAGED: gl.constexpr):
+    """Where the tile at logical row n0 of batch row b starts in the cache viewed as [rows, 576]: b's own N rows of a
+    contiguous cache, or, paged, row n0 % PS of the page b's block table names (the host has checked that PS is a
+    multiple of the tile, so a tile lies in one page). The first tile of an empty split may come from an entry past
+    the row's pages, which may be UNUSED (-1): page 0 stands in (the tile is waited for, never scored)."""
+    BT, bt_stride, PS = pages
+    row = b * N + n0
+    if PAGED:
+        row = gl.maximum(gl.load(BT + b * bt_stride + n0 // PS), 0) * PS + n0 % PS
+    return row
+
+
+@gluon.jit
+def _g_load(descs, smem, bars, scalars, pages, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
+            STAGES: gl.constexpr, PAGED: gl.constexpr):
     """The loader warp: q and the split's first tile at once, then the rest through a ring of STAGES buffers.
 
-    The first two loads depend only on the program's coordinates, so they go out before the length has
-    arrived (a global load's latency off the critical path at B=1, where a split is one tile). The first tile
-    may lie past the length (an empty split) or past the cache (zero-filled); the consumers wait for it
-    either way, so no copy is still landing in shared memory when the program exits.
+    The first loads depend only on the program's coordinates (and, paged, one block-table entry), so they go out
+    before the length has arrived (a global load's latency off the critical path at B=1, where a split is one
+    tile). The first tile may lie past the length (an empty split) or past the cache (zero-filled); the consumers
+    wait for it either way, so no copy is still landing in shared memory when the program exits. A later tile's
+    page is looked up before waiting for its stage, so that load overlaps the wait.
     """
-    q_desc, qr_desc, lat_desc, rope_desc, o_desc = descs
+    q_desc, kv_desc, o_desc = descs
     q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
     q_bar, ready, empty, p_ready, p_free = bars
     SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
     b = gl.program_id(2)
-    row0 = b * N + gl.program_id(1) * split_len
-    q_row = b * H + gl.program_id(0) * BLOCK_H
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem)
-    tma.async_copy_global_to_shared(qr_desc, [q_row, G_LAT], q_bar, qr_smem)
-    _issue_tile(lat_desc, rope_desc, c_smem.index(0), r_smem.index(0), ready.index(0), row0)
+    n_start = gl.program_id(1) * split_len
+    _issue_rows(q_desc, b * H + gl.program_id(0) * BLOCK_H, q_bar, q_smem, qr_smem)
+    _issue_rows(kv_desc, _tile_row(pages, N, b, n_start, PAGED), ready.index(0), c_smem.index(0), r_smem.index(0))
     n_tiles = _bounds(SEQLENS, split_len, BLOCK_N)[5]
     for j in range(1, n_tiles):
         stage = j % STAGES
+        row = _tile_row(pages, N, b, n_start + j * BLOCK_N, PAGED)
         mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
-        _issue_tile(lat_desc, rope_desc, c_smem.index(stage), r_smem.index(stage), ready.index(stage),
-                    row0 + j * BLOCK_N)
+        _issue_rows(kv_desc, row, ready.index(stage), c_smem.index(stage), r_smem.index(stage))
 
 
 @gluon.jit
@@ -328,13 +375,14 @@ def _zero_rows(c_stage, valid, HALF: gl.constexpr, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _store_half(acc, inv_l, staging, OUT, o_desc, b, s, hg, H, o_sb, o_sh, o_ss, HALF: gl.constexpr,
-                BLOCK_H: gl.constexpr, TMA_STORE: gl.constexpr):
+def _store_half(acc, inv_l, staging, scalars, o_desc, b, s, hg, HALF: gl.constexpr, BLOCK_H: gl.constexpr,
+                TMA_STORE: gl.constexpr):
     """o = acc / l for this warpgroup's 256 columns, regrouped through shared memory so that each warp writes
     whole 512-byte rows: straight from the accumulator a thread holds column pairs, and those 4-byte stores
     cost 6 us of the 15 at B=1 (H200). TMA_STORE hands the staged block to the TMA unit instead (o_desc views the
     output as [B*H, splits*512], in boxes of 64 columns); it waits until the writes are done, not just read, so
     that the fused merge's release covers them."""
+    H, OUT, o_sb, o_sh, o_ss = scalars[2], scalars[5], scalars[7], scalars[8], scalars[9]
     staging.store((acc * inv_l[:, None]).to(OUT.dtype.element_ty))
     if TMA_STORE:
         fence_async_shared()
@@ -428,9 +476,8 @@ def _group_barrier(SYNC, base, leader, arrivals):
 
 
 @gluon.jit
-def _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr, UPI: gl.constexpr,
-                WU: gl.constexpr):
+def _merge_half(seqlen, scalars, merge, b, s, hg, HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr,
+                UPI: gl.constexpr, WU: gl.constexpr):
     """Stage 2 inside stage 1: this warpgroup merges its share of the group's partials for its 256 columns.
 
     The work is 2 * BLOCK_H units of (head, 128 columns); split s takes a contiguous run of them, UPI at a
@@ -438,6 +485,7 @@ def _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh,
     Partials are read past L1 (.cg): they were written by other multiprocessors. The row length comes from the
     partition's start: a load of it here would put a round trip between the barrier and the partials' loads.
     """
+    SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
     SYNC, O, LSE, f_sb, f_sh, S = merge
     # 8 columns (16 bytes) a thread; warps across units when there are 4 or more (WU = 4), else across columns, so
     # the sums over splits stay inside a warp: a cross-warp reduction needs scratch beyond the 227 KB limit.
@@ -478,13 +526,18 @@ def _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh,
 
 
 @gluon.jit
-def _finish_group(base, seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                  HALF: gl.constexpr, BLOCK_H: gl.constexpr, S_PAD: gl.constexpr, UPI: gl.constexpr,
-                  WU: gl.constexpr):
+def _finish_group(base, seqlen, scalars, merge, b, s, hg, HALF: gl.constexpr, BLOCK_H: gl.constexpr,
+                  S_PAD: gl.constexpr, UPI: gl.constexpr, WU: gl.constexpr):
     """Every consumer warpgroup of every split arrives (an empty split too), then each merges its share."""
     _group_barrier(_group_word(merge[0]), base, (s == 0) & (HALF == 0), 2 * merge[5])
-    _merge_half(seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                HALF, BLOCK_H, S_PAD, UPI, WU)
+    _merge_half(seqlen, scalars, merge, b, s, hg, HALF, BLOCK_H, S_PAD, UPI, WU)
+
+
+@gluon.jit
+def _consumer_start(scalars, merge, BLOCK_N: gl.constexpr, FUSED: gl.constexpr):
+    """What both consumer warpgroups start from: the program's bounds and, fused, its group's barrier base."""
+    b, s, hg, start, end, n_tiles, seqlen = _bounds(scalars[0], scalars[1], BLOCK_N)
+    return b, s, hg, start, end, n_tiles, seqlen, _group_base(merge, FUSED)
 
 
 @gluon.jit
@@ -499,9 +552,8 @@ def _g_score(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: 
     """
     q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
     q_bar, ready, empty, p_ready, p_free = bars
-    SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
-    b, s, hg, start, end, n_tiles, seqlen = _bounds(SEQLENS, split_len, BLOCK_N)
-    base = _group_base(merge, FUSED)
+    b, s, hg, start, end, n_tiles, seqlen, base = _consumer_start(scalars, merge, BLOCK_N, FUSED)
+    H, qk_scale, LSE_OUT, l_sb, l_sh, l_ss = scalars[2], scalars[4], scalars[6], scalars[10], scalars[11], scalars[12]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -539,16 +591,15 @@ def _g_score(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: 
         x_smem.store(inv_l)
         gl.thread_barrier()
         mbarrier.arrive(p_ready, count=1)
-        _store_half(acc, gl.convert_layout(inv_l, row_o), q_smem.slice(0, G_HALF, dim=1), OUT, descs[4], b, s,
-                    hg, H, o_sb, o_sh, o_ss, 0, BLOCK_H, TMA_STORE)
+        _store_half(acc, gl.convert_layout(inv_l, row_o), q_smem.slice(0, G_HALF, dim=1), scalars, descs[2], b, s,
+                    hg, 0, BLOCK_H, TMA_STORE)
         lse2 = m_i + gl.log2(l_safe)
         if SINGLE:
             lse2 = lse2 * 0.6931471805599453
         offs_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
         gl.store(LSE_OUT + b * l_sb + offs_h * l_sh + s * l_ss, lse2, mask=offs_h < H)
     if FUSED:
-        _finish_group(base, seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                      0, BLOCK_H, S_PAD, UPI, MERGE_WU)
+        _finish_group(base, seqlen, scalars, merge, b, s, hg, 0, BLOCK_H, S_PAD, UPI, MERGE_WU)
 
 
 @gluon.jit
@@ -556,11 +607,9 @@ def _g_value(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: 
              STAGES: gl.constexpr, SINGLE: gl.constexpr, FUSED: gl.constexpr, S_PAD: gl.constexpr,
              UPI: gl.constexpr, MERGE_WU: gl.constexpr, TMA_STORE: gl.constexpr):
     """Warpgroup 1: the value columns 256-511, with p read from shared memory as the MMA's A operand."""
-    q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem = smem
-    q_bar, ready, empty, p_ready, p_free = bars
-    SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss = scalars
-    b, s, hg, start, end, n_tiles, seqlen = _bounds(SEQLENS, split_len, BLOCK_N)
-    base = _group_base(merge, FUSED)
+    q_smem, c_smem, p_smem, x_smem = smem[0], smem[2], smem[4], smem[5]
+    ready, empty, p_ready, p_free = bars[1], bars[2], bars[3], bars[4]
+    b, s, hg, start, end, n_tiles, seqlen, base = _consumer_start(scalars, merge, BLOCK_N, FUSED)
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, G_HALF, 16])
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -581,18 +630,16 @@ def _g_value(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: 
         mbarrier.arrive(empty.index(stage), count=1)
     if n_tiles > 0:
         mbarrier.wait(p_ready, n_tiles & 1)
-        _store_half(acc, x_smem.load(row_o), q_smem.slice(G_HALF, G_HALF, dim=1), OUT, descs[4], b, s, hg, H,
-                    o_sb, o_sh, o_ss, 1, BLOCK_H, TMA_STORE)
+        _store_half(acc, x_smem.load(row_o), q_smem.slice(G_HALF, G_HALF, dim=1), scalars, descs[2], b, s, hg,
+                    1, BLOCK_H, TMA_STORE)
     if FUSED:
-        _finish_group(base, seqlen, OUT, LSE_OUT, merge, b, s, hg, H, split_len, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                      1, BLOCK_H, S_PAD, UPI, MERGE_WU)
+        _finish_group(base, seqlen, scalars, merge, b, s, hg, 1, BLOCK_H, S_PAD, UPI, MERGE_WU)
 
 
 @gluon.jit
-def _g_load_w(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
-              STAGES: gl.constexpr, SINGLE: gl.constexpr, FUSED: gl.constexpr, S_PAD: gl.constexpr,
-              UPI: gl.constexpr, MERGE_WU: gl.constexpr, PDL: gl.constexpr):
-    _g_load(descs, smem, bars, scalars, BLOCK_N, BLOCK_H, STAGES)
+def _g_load_w(descs, smem, bars, scalars, pages, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr,
+              STAGES: gl.constexpr, PAGED: gl.constexpr, PDL: gl.constexpr):
+    _g_load(descs, smem, bars, scalars, pages, BLOCK_N, BLOCK_H, STAGES, PAGED)
     if PDL:
         # Stage 2 may be scheduled now: its programs wait for this grid's results in griddepcontrol.wait, and
         # meanwhile their launch is off the critical path.
@@ -601,24 +648,28 @@ def _g_load_w(descs, smem, bars, scalars, merge, BLOCK_N: gl.constexpr, BLOCK_H:
 
 
 @gluon.jit
-def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, o_desc, SEQLENS, OUT, LSE_OUT,
+def _mla_split_attend_ws(q_desc, kv_desc, o_desc, SEQLENS, OUT, LSE_OUT,
                          split_len, H, N, qk_scale, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                         SYNC, O, LSE, f_sb, f_sh, num_splits,
+                         SYNC, O, LSE, f_sb, f_sh, num_splits, BT, bt_stride, PS,
                          BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
                          SINGLE: gl.constexpr, CONSUMER_REGS: gl.constexpr, FUSED: gl.constexpr,
                          S_PAD: gl.constexpr, UPI: gl.constexpr, MERGE_WU: gl.constexpr, PDL: gl.constexpr,
-                         TMA_STORE: gl.constexpr):
+                         TMA_STORE: gl.constexpr, PAGED: gl.constexpr):
     """Stage 1 on Hopper: per (head group, split, batch row) a loader warp, a scoring warpgroup and a value
     warpgroup, so each score product runs once on the tensor cores.
 
     q (72 KB) and two 72 KB tiles fill shared memory, so the partitions talk through mbarriers only: `ready`
     per stage (TMA bytes landed), `empty` per stage (both warpgroups are done with it), and `p_ready` /
     `p_free` around the hand-off of p (8 KB) and the rescale factors from warpgroup 0 to warpgroup 1.
+    The three descriptors (q, the cache rows, o) have 64-column boxes, each serving a 512-column and a 64-column
+    part; with PAGED the cache is [pages * PS, 576] rows and the loader finds each tile's page in BT.
     """
-    q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_LAT], q_desc.layout)
-    qr_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_ROPE], qr_desc.layout)
-    c_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, G_LAT], lat_desc.layout)
-    r_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, G_ROPE], rope_desc.layout)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_LAT],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_H, G_LAT], gl.bfloat16))
+    qr_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_ROPE], q_desc.layout)
+    c_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, G_LAT],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_N, G_LAT], gl.bfloat16))
+    r_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, G_ROPE], kv_desc.layout)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16))
     x_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -633,19 +684,19 @@ def _mla_split_attend_ws(q_desc, qr_desc, lat_desc, rope_desc, o_desc, SEQLENS, 
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
-    descs = (q_desc, qr_desc, lat_desc, rope_desc, o_desc)
+    descs = (q_desc, kv_desc, o_desc)
     smem = (q_smem, qr_smem, c_smem, r_smem, p_smem, x_smem)
     bars = (q_bar, ready, empty, p_ready, p_free)
     scalars = (SEQLENS, split_len, H, N, qk_scale, OUT, LSE_OUT, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss)
     merge = (SYNC, O, LSE, f_sb, f_sh, num_splits)
+    pages = (BT, bt_stride, PS)
     # Constexprs stay constexprs only when written into each partition's argument tuple.
     gl.warp_specialize([
         (_g_score, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
                     MERGE_WU, TMA_STORE)),
         (_g_value, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
                     MERGE_WU, TMA_STORE)),
-        (_g_load_w, (descs, smem, bars, scalars, merge, BLOCK_N, BLOCK_H, STAGES, SINGLE, FUSED, S_PAD, UPI,
-                     MERGE_WU, PDL)),
+        (_g_load_w, (descs, smem, bars, scalars, pages, BLOCK_N, BLOCK_H, STAGES, PAGED, PDL)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -706,7 +757,8 @@ _LOAD_MODES = {"masked": 0, "peeled": 1, "tma": 2}
 
 
 def tma_ok(kv_cache: torch.Tensor) -> bool:
-    """Whether the cache can be viewed as [B*N, 576] rows for TMA: contiguous, and 16-byte aligned as TMA needs.
+    """Whether the cache can be viewed as [rows, 576] for TMA (B*N rows, or pages * page size): contiguous, and
+    16-byte aligned as TMA needs.
 
     The default load mode is "tma"; a cache that fails this (a strided view, an odd offset) takes the "peeled"
     path, which reads the same full tiles through plain pointers, instead of failing the call.
@@ -715,21 +767,6 @@ def tma_ok(kv_cache: torch.Tensor) -> bool:
     contiguous = kv_cache.stride(2) == 1 and kv_cache.stride(1) == width and (batch == 1 or
                                                                              kv_cache.stride(0) == n * width)
     return contiguous and kv_cache.data_ptr() % 16 == 0 and (width * kv_cache.element_size()) % 16 == 0
-
-
-def _descriptors(kv_cache: torch.Tensor, block_n: int):
-    """TMA descriptors for the latent and rope columns of the cache viewed as [B*N, 576] (rows contiguous).
-
-    Built on the host per call (a few microseconds of Python, no GPU work), so a CUDA graph captures them by
-    value like any other kernel argument. A tile never crosses into the next batch row: only full tiles, which lie
-    below that row's length, go through them. The caller has checked tma_ok.
-    """
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    batch, n, width = kv_cache.shape
-    flat = kv_cache.as_strided((batch * n, width), (width, 1))
-    return (TensorDescriptor.from_tensor(flat, [block_n, D_LATENT]),
-            TensorDescriptor.from_tensor(flat, [block_n, D_ROPE]))
 
 
 # Registers: the kernel launches with 168 a thread for its 12 warps (the loader's partition rounds up to a
@@ -742,10 +779,11 @@ GLUON_TILES = ((64, 2), (32, 2), (32, 3), (32, 4))
 GLUON_CONSUMER_REGS = 240
 
 
-def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor, config: dict | None = None) -> bool:
+def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor, config: dict | None = None, paged: bool = False) -> bool:
     """Whether the warp-specialised Gluon stage 1 can run: a Hopper GPU (not the interpreter), bf16 inputs, q
     contiguous, the cache viewable as TMA rows, and a tile ring it was built for (GLUON_TILES, 64 heads a program).
-    Anything else takes the tl stage 1, which runs everywhere."""
+    A paged cache also needs pages that hold whole tiles (page size a multiple of BLOCK_N: 64 does, 1 does not), as
+    the loader reads a tile from one page. Anything else takes the tl stage 1, which runs everywhere."""
     cfg = resolve(config)
     if not q.is_cuda or triton.knobs.runtime.interpret:
         return False
@@ -753,17 +791,19 @@ def gluon_ok(q: torch.Tensor, kv_cache: torch.Tensor, config: dict | None = None
         return False
     if cfg["BLOCK_H"] != 64 or (cfg["BLOCK_N"], cfg["num_stages"]) not in GLUON_TILES:
         return False
+    if paged and kv_cache.shape[1] % cfg["BLOCK_N"] != 0:
+        return False
     batch, heads, _ = q.shape
     # A TMA box may not be taller than the tensor it reads: a tiny cache (N = 1) or a q of fewer than 64 rows in
     # all stays on the tl path.
-    big_enough = batch * kv_cache.shape[1] >= cfg["BLOCK_N"] and batch * heads >= 64
+    big_enough = kv_cache.shape[0] * kv_cache.shape[1] >= cfg["BLOCK_N"] and batch * heads >= 64
     return kv_cache.dtype == q.dtype and q.is_contiguous() and tma_ok(kv_cache) and big_enough
 
 
 @functools.lru_cache(maxsize=None)
 def _smem_layout(rows: int, cols: int):
     """The swizzled shared-memory layout of a [rows, cols] bf16 block. Cached: working it out costs about 9 us of
-    Python, and a call needs four, which shows in the eager (host-bound) time at B=1."""
+    Python."""
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.bfloat16)
 
 
@@ -784,14 +824,18 @@ _SYNC_TURN = itertools.count()
 
 
 def _sync_words(device: torch.device):
-    """The next set of barrier words, or None while a graph is being captured before any exist: allocating them
-    inside the capture would put them in that graph's memory pool, so that call takes the two-kernel path."""
+    """This device's barrier words [_SYNC_SLOTS, _SYNC_GROUPS], or None while a graph is being captured before they
+    exist: allocating them inside the capture would put them in that graph's memory pool."""
     words = _SYNC_WORDS.get(device)
-    if words is None:
-        if torch.cuda.is_current_stream_capturing():
-            return None
+    if words is None and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         words = _SYNC_WORDS[device] = torch.zeros(_SYNC_SLOTS, _SYNC_GROUPS, dtype=torch.int32, device=device)
-    return words[next(_SYNC_TURN) % _SYNC_SLOTS]
+    return words
+
+
+def _sync_slot(words: torch.Tensor, as_address: bool):
+    """The next slot of barrier words, as a tensor (a launch through the JIT function) or its address."""
+    slot = next(_SYNC_TURN) % _SYNC_SLOTS
+    return words.data_ptr() + slot * _SYNC_GROUPS * 4 if as_address else words[slot]
 
 
 def fused_ok(batch: int, heads: int, splits: int, device: torch.device, config: dict | None = None) -> bool:
@@ -805,13 +849,11 @@ def fused_ok(batch: int, heads: int, splits: int, device: torch.device, config: 
     return wanted and 1 < splits <= 128 and groups <= _SYNC_GROUPS and groups * splits <= _sm_count(device)
 
 
-def tma_store_ok(out: torch.Tensor, batch: int, heads: int, splits: int, single: bool, block_h: int) -> bool:
-    """Whether stage 1 may write its blocks by TMA: the output must be the contiguous [B*H, splits*512] rows the
-    descriptor describes, and a head group must not end past its batch row's heads (a TMA box is clipped at the
-    tensor's edge only, so it would spill into the next row's heads)."""
-    rows = batch * heads * (1 if single else splits)
-    return (out.is_contiguous() and out.numel() == rows * D_LATENT and heads % block_h == 0
-            and out.data_ptr() % 16 == 0)
+def tma_store_ok(heads: int, block_h: int) -> bool:
+    """Whether stage 1 may write its [BLOCK_H, 64] blocks by TMA into o (or the partials) viewed as [B*H, splits*512]
+    rows: a head group must not end past its batch row's heads, since a TMA box is clipped at the tensor's edge
+    only and would spill into the next row's heads. The buffers are contiguous and aligned (_check_buffers)."""
+    return heads % block_h == 0
 
 
 def merge_tile(splits: int) -> tuple[int, int, int]:
@@ -822,121 +864,370 @@ def merge_tile(splits: int) -> tuple[int, int, int]:
     return s_pad, upi, 4 if upi >= 4 else 1
 
 
-def _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, out, lse_out, splits, split_len, single, cfg,
-                         fused=None, pdl=False):
-    """Stage 1 through the Gluon kernel: descriptors for q and the cache rows, then one program per (head group,
-    split, batch row) with a loader warp and two consumer warpgroups. `fused` = (sync words, o, lse) makes the
-    kernel merge its splits itself after a barrier per (batch row, head group); otherwise stage 2 runs after."""
+def merge_launch(batch: int, heads: int, splits: int, cfg: dict) -> tuple:
+    """The merge kernel's (grid, BLOCK_M, BLOCK_S, BLOCK_D, warps) for a split count; grids have all three
+    dimensions, as a compiled kernel's launcher takes them.
+
+    MERGE_HEADS is a ceiling: rows x splits x 32 columns must stay within 8K floats, so at 128 splits (M1) it drops
+    to 2 rows while at 4 splits (M3) 8 rows fit. The [rows, splits, BLOCK_D] partial tile stays near 8K floats: 64
+    registers a thread at 4 warps, with warps added (up to 8) when a forced MERGE_BLOCK_D makes it bigger.
+    """
+    block_s = triton.next_power_of_2(splits)
+    block_m = min(cfg["MERGE_HEADS"], max(1, 8192 // (block_s * 32)))
+    block_d = cfg["MERGE_BLOCK_D"] or max(32, min(D_LATENT, 8192 // (block_s * block_m)))
+    warps = min(8, max(4, block_m * block_s * block_d // 2048))
+    return (triton.cdiv(batch * heads, block_m), D_LATENT // block_d, 1), block_m, block_s, block_d, warps
+
+
+class _Address:
+    """A device address standing in for a tensor as a TMA descriptor's base. The launcher reads only data_ptr()
+    and the JIT binder the dtype, and a cached descriptor must not keep the caller's tensor (a cache of gigabytes)
+    alive after the caller has dropped it."""
+
+    def __init__(self, ptr: int, dtype: torch.dtype):
+        self.ptr = ptr
+        """The address."""
+        self.dtype = dtype
+        """The element type of the tensor it stands for."""
+
+    def data_ptr(self) -> int:
+        """The address, as torch.Tensor.data_ptr gives it."""
+        return self.ptr
+
+
+def _addr(x) -> int:
+    """An address from a tensor or an address."""
+    return x if isinstance(x, int) else x.data_ptr()
+
+
+@dataclasses.dataclass
+class _Plan:
+    """Everything a call decides from its inputs' shapes, strides, dtypes, devices and alignments and the config:
+    made once per distinct key (see _plan_for) and reused, so that an eager call does little more host work than
+    its launches. After a plan's first call it also holds the compiled kernels that call launched, and later calls
+    launch those handles with plain addresses instead of binding their arguments through the JIT functions."""
+
+    cfg: dict
+    device: torch.device
+    dtype: torch.dtype
+    """q's dtype: o's and the partials'."""
+    batch: int
+    heads: int
+    n: int
+    """Rows a batch row can hold: N, or the block table's width times the page size."""
+    rows: int
+    """Rows of the cache viewed as [rows, 576] (B * N, or pages * page size)."""
+    page_size: int
+    """0 for a contiguous cache."""
+    q_strides: tuple
+    kv_strides: tuple
+    bt_stride: int
+    splits: int
+    split_len: int
+    gluon: bool
+    fused: bool
+    tma_store: bool
+    load: int
+    """The tl stage 1's LOAD mode."""
+    cached: bool
+    """Whether to keep compiled kernels (CONFIG LAUNCH "cached", and not the interpreter, which has none)."""
+    grid: tuple
+    """Stage 1's grid: (head groups, splits, batch rows)."""
+    merge_step: tuple
+    """The fused merge's (S_PAD, UPI, WU) (merge_tile), or (1, 1, 1)."""
+    merge_launch: tuple
+    """The merge kernel's (grid, BLOCK_M, BLOCK_S, BLOCK_D, warps) (merge_launch)."""
+    compiled: dict = dataclasses.field(default_factory=dict)
+    """Launch name ("gluon", "tl", "merge") -> the compiled kernel its first launch returned."""
+    descriptors: dict = dataclasses.field(default_factory=dict)
+    """(addresses) -> TMA descriptors over them: a descriptor costs several us of Python to build."""
+    fallback: object = None
+    """The two-kernel _Plan a fused plan runs when a graph capture comes before the barrier words exist."""
+    scratch: object = None
+    """The partials' buffer of this plan's eager warm calls (a torch.Tensor of scratch_bytes), made by the first."""
+
+    @property
+    def single(self) -> bool:
+        return self.splits == 1
+
+    @property
+    def launches(self) -> int:
+        """Kernels a call launches: stage 1, and the merge unless there is one split or stage 1 merges."""
+        return 1 if self.single or self.fused else 2
+
+    @property
+    def ready(self) -> bool:
+        """Whether every launch of a call has its compiled kernel, so the call can use addresses throughout."""
+        return len(self.compiled) == self.launches
+
+    @property
+    def scratch_bytes(self) -> int:
+        """One allocation for the partials: o [B*H*splits, 512] in q's dtype, then lse [B*H*splits] fp32."""
+        return self.batch * self.heads * self.splits * (D_LATENT * self.dtype.itemsize + 4)
+
+
+_PLANS: dict = {}
+_PLAN_LIMIT = 256
+"""Plans kept before the cache starts over: a long run over many shapes stays bounded."""
+_DESCRIPTOR_LIMIT = 64
+"""Descriptor sets kept per plan (distinct q, cache and output addresses: a rotation of input buffers, a decode
+loop whose q the allocator hands out from a few blocks)."""
+
+
+def _plan_key(q, kv_cache, cache_seqlens, block_table, num_splits: int, split_len: int, config) -> tuple:
+    """What a plan depends on: every tensor's shape, strides, dtype and device, whether its address is 16-byte
+    aligned (Triton specialises pointers on that), the split request and the whole config. Two calls with the same
+    key compile to the same kernels with the same integer arguments; only addresses and sm_scale differ."""
+    bt = None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype,
+                                           block_table.device, block_table.data_ptr() % 16 == 0)
+    cfg = tuple(CONFIG.values()) if config is None else tuple(resolve(config).values())
+    return (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() % 16 == 0,
+            kv_cache.shape, kv_cache.stride(), kv_cache.dtype, kv_cache.device, kv_cache.data_ptr() % 16 == 0,
+            cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype, cache_seqlens.device,
+            cache_seqlens.data_ptr() % 16 == 0, bt, num_splits, split_len, cfg)
+
+
+def _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits: int, split_len: int, config) -> _Plan:
+    """A plan from scratch; split_len > 0 forces (num_splits, split_len) as given (attend_into's callers)."""
+    cfg = resolve(config)
     batch, heads, width = q.shape
-    n = kv_cache.shape[1]
-    block_n, block_h = cfg["BLOCK_N"], cfg["BLOCK_H"]
-    flat_q = q.view(batch * heads, width)
-    flat_kv = kv_cache.as_strided((batch * n, width), (width, 1))
+    if width != D_LATENT + D_ROPE or kv_cache.shape[2] != width:
+        raise ValueError(f"mla_splitkv: q and kv_cache rows must be {D_LATENT + D_ROPE} wide, got "
+                         f"{tuple(q.shape)} and {tuple(kv_cache.shape)}")
+    if cache_seqlens.shape != (batch,) or cache_seqlens.stride(0) != 1:
+        raise ValueError(f"mla_splitkv: cache_seqlens must be a contiguous [{batch}], got {tuple(cache_seqlens.shape)}")
+    page_size = 0 if block_table is None else kv_cache.shape[1]
+    if block_table is None:
+        if kv_cache.shape[0] != batch:
+            raise ValueError(f"mla_splitkv: kv_cache has {kv_cache.shape[0]} rows of sequences for a batch of {batch}")
+        n, bt_stride = kv_cache.shape[1], 0
+    else:
+        if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.stride(1) != 1:
+            raise ValueError(f"mla_splitkv: block_table must be [{batch}, pages] with contiguous rows, got "
+                             f"{tuple(block_table.shape)} strides {block_table.stride()}")
+        n, bt_stride = block_table.shape[1] * page_size, block_table.stride(0)
+    if split_len <= 0:
+        num_splits, split_len = split_plan(batch, heads, n, q.device, num_splits, config=cfg)
+    gluon = cfg["STAGE1"] == "gluon" and gluon_ok(q, kv_cache, cfg, paged=block_table is not None)
+    load = _LOAD_MODES[cfg["LOAD"]]
+    if load == 2 and not (tma_ok(kv_cache) and page_size % cfg["BLOCK_N"] == 0):
+        load = 1
+    fused = gluon and fused_ok(batch, heads, num_splits, q.device, cfg)
+    # Host-side triton.cdiv and next_power_of_2 are JIT functions (a few us a call): all of it is worked out here.
+    return _Plan(
+        cfg=cfg, device=q.device, dtype=q.dtype, batch=batch, heads=heads, n=n,
+        rows=kv_cache.shape[0] * kv_cache.shape[1], page_size=page_size, q_strides=q.stride(),
+        kv_strides=kv_cache.stride(), bt_stride=bt_stride, splits=num_splits, split_len=split_len, gluon=gluon,
+        fused=fused, tma_store=gluon and cfg["STORE"] == "tma" and tma_store_ok(heads, cfg["BLOCK_H"]), load=load,
+        cached=cfg["LAUNCH"] == "cached" and not triton.knobs.runtime.interpret,
+        grid=(triton.cdiv(heads, cfg["BLOCK_H"]), num_splits, batch),
+        merge_step=merge_tile(num_splits) if fused else (1, 1, 1),
+        merge_launch=merge_launch(batch, heads, num_splits, cfg))
 
-    def desc(t, rows, cols):
-        return GluonDescriptor.from_tensor(t, [rows, cols], _smem_layout(rows, cols))
 
-    if single:
-        o_strides = (out.stride(0), out.stride(1), 0)
-        l_strides = (heads, 1, 0)
+def _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits: int, config) -> _Plan:
+    """The cached plan for these inputs, made on first sight of their key. A fused plan met inside a graph capture
+    before its device's barrier words exist runs as two kernels instead (its fallback)."""
+    key = _plan_key(q, kv_cache, cache_seqlens, block_table, num_splits, 0, config)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= _PLAN_LIMIT:
+            _PLANS.clear()
+        plan = _PLANS[key] = _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits, 0, config)
+    if plan.fused and _sync_words(plan.device) is None:
+        if plan.fallback is None:
+            plan.fallback = dataclasses.replace(plan, fused=False, merge_step=(1, 1, 1), compiled={}, descriptors={},
+                                                scratch=None)
+        return plan.fallback
+    return plan
+
+
+def _descriptors(plan: _Plan, q, kv_cache, out, base) -> tuple:
+    """The TMA descriptors of one call over base(tensor or address, [rows, columns]). Gluon stage 1: q, the cache rows
+    and o (or the partials; q's stands in when o is stored without TMA), all in 64-column boxes. tl stage 1 with
+    LOAD "tma": the cache rows in a 512-column and a 64-column box."""
+    cfg, width = plan.cfg, D_LATENT + D_ROPE
+    kv_shape = [plan.rows, width]
+    if plan.gluon:
+        block_h = cfg["BLOCK_H"]
+
+        def desc(x, shape, rows):
+            return GluonDescriptor(base(x, shape), shape, [shape[1], 1], [rows, 64], _smem_layout(rows, 64))
+
+        q_desc = desc(q, [plan.batch * plan.heads, width], block_h)
+        o_desc = (desc(out, [plan.batch * plan.heads, plan.splits * D_LATENT], block_h) if plan.tma_store
+                  else q_desc)
+        return q_desc, desc(kv_cache, kv_shape, cfg["BLOCK_N"]), o_desc
+    rows = base(kv_cache, kv_shape)
+    return (TensorDescriptor(rows, kv_shape, [width, 1], [cfg["BLOCK_N"], D_LATENT]),
+            TensorDescriptor(rows, kv_shape, [width, 1], [cfg["BLOCK_N"], D_ROPE]))
+
+
+def _descriptor_set(plan: _Plan, q, kv_cache, out) -> tuple:
+    """The call's descriptors. A caching plan keeps them per address, over _Address bases (building one costs
+    several us of Python); otherwise (the interpreter, which reads through the base, or LAUNCH "jit") they are
+    built over views of the tensors themselves for this call only."""
+    if not plan.cached:
+        return _descriptors(plan, q, kv_cache, out, lambda t, shape: t.as_strided(shape, (shape[1], 1)))
+    key = (_addr(q) if plan.gluon else 0, _addr(kv_cache), _addr(out) if plan.tma_store else 0)
+    descs = plan.descriptors.get(key)
+    if descs is None:
+        if len(plan.descriptors) >= _DESCRIPTOR_LIMIT:
+            plan.descriptors.clear()
+        descs = plan.descriptors[key] = _descriptors(plan, q, kv_cache, out,
+                                                     lambda x, shape: _Address(_addr(x), plan.dtype))
+    return descs
+
+
+def _launch(plan: _Plan, name: str, kernel, grid: tuple, args: tuple, options: dict) -> None:
+    """One launch: through the plan's compiled kernel once it has one (args then hold addresses; its launcher reads
+    all three grid dimensions), else through the JIT function, keeping the compiled kernel it returns (the
+    interpreter returns none)."""
+    compiled = plan.compiled.get(name)
+    if compiled is not None:
+        compiled[grid](*args)
+        return
+    compiled = kernel[grid](*args, **options)
+    if plan.cached and compiled is not None:
+        plan.compiled[name] = compiled
+
+
+def _gluon_args(plan: _Plan, descs, cache_seqlens, block_table, qk_scale: float, out, lse_out, sync, o, lse,
+                pdl: bool) -> tuple:
+    """_mla_split_attend_ws's arguments, in order; out / lse_out are o and lse with one split, else the partials."""
+    cfg, heads, splits = plan.cfg, plan.heads, plan.splits
+    if plan.single:
+        o_strides, l_strides = (heads * D_LATENT, D_LATENT, 0), (heads, 1, 0)
     else:
         o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
         l_strides = (heads * splits, splits, 1)
-    tma_store = cfg["STORE"] == "tma" and tma_store_ok(out, batch, heads, splits, single, block_h)
-    q_desc = desc(flat_q, block_h, D_LATENT)
-    # Without TMA stores the o descriptor is unused; q's stands in for it (a descriptor-typed argument either way).
-    o_desc = desc(out.view(batch * heads, splits * D_LATENT), block_h, 64) if tma_store else q_desc
-    grid = (triton.cdiv(heads, block_h), splits, batch)
-    if fused is None:
-        sync, o, lse, (s_pad, upi, wu) = lse_out, out, lse_out, (1, 1, 1)
-    else:
-        sync, o, lse = fused
-        s_pad, upi, wu = merge_tile(splits)
-    _mla_split_attend_ws[grid](
-        q_desc, desc(flat_q, block_h, D_ROPE), desc(flat_kv, block_n, D_LATENT),
-        desc(flat_kv, block_n, D_ROPE), o_desc, cache_seqlens, out, lse_out,
-        split_len, heads, n, float(sm_scale) * LOG2E, *o_strides, *l_strides,
-        sync, o, lse, o.stride(0), o.stride(1), splits,
-        BLOCK_N=block_n, BLOCK_H=block_h, STAGES=cfg["num_stages"], SINGLE=single,
-        CONSUMER_REGS=GLUON_CONSUMER_REGS, FUSED=fused is not None, S_PAD=s_pad, UPI=upi,
-        MERGE_WU=wu, PDL=pdl and fused is None, TMA_STORE=tma_store, num_warps=4, maxnreg=GLUON_MAXNREG,
-        launch_cooperative_grid=fused is not None,
-    )
+    s_pad, upi, wu = plan.merge_step
+    if sync is None:
+        sync, o, lse = lse_out, out, lse_out
+    paged = plan.page_size > 0
+    return (*descs, cache_seqlens, out, lse_out, plan.split_len, heads, plan.n, qk_scale, *o_strides, *l_strides,
+            sync, o, lse, heads * D_LATENT, D_LATENT, splits,
+            block_table if paged else cache_seqlens, plan.bt_stride, max(plan.page_size, 1),
+            cfg["BLOCK_N"], cfg["BLOCK_H"], cfg["num_stages"], plan.single, GLUON_CONSUMER_REGS, plan.fused, s_pad,
+            upi, wu, pdl and not plan.fused, plan.tma_store, paged)
 
 
-def _launch_tl_stage1(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits, split_len, single,
-                      cfg, pdl):
+def _launch_gluon_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_scale: float, out, lse_out,
+                         sync=None, o=None, lse=None, pdl: bool = False) -> None:
+    """Stage 1 through the Gluon kernel: one program per (head group, split, batch row) with a loader warp and two
+    consumer warpgroups. With `sync` (a slot of barrier words) the kernel merges its splits itself into o and lse
+    after a barrier per (batch row, head group), under a cooperative launch; otherwise stage 2 runs after."""
+    descs = _descriptor_set(plan, q, kv_cache, out)
+    args = _gluon_args(plan, descs, cache_seqlens, block_table, qk_scale, out, lse_out, sync, o, lse, pdl)
+    _launch(plan, "gluon", _mla_split_attend_ws, plan.grid, args,
+            {"num_warps": 4, "maxnreg": GLUON_MAXNREG, "launch_cooperative_grid": sync is not None})
+
+
+def _launch_tl_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_scale: float, o, lse, o_part,
+                      lse_part, pdl: bool) -> None:
     """Stage 1 through the tl kernel: any device, the CPU interpreter included."""
-    batch, heads, _ = q.shape
-    load = _LOAD_MODES[cfg["LOAD"]]
-    if load == 2 and not tma_ok(kv_cache):
-        load = 1
-    lat_desc, rope_desc = _descriptors(kv_cache, cfg["BLOCK_N"]) if load == 2 else (None, None)
-    block_h = cfg["BLOCK_H"]
-    grid = (triton.cdiv(heads, block_h), splits, batch)
-    _mla_split_attend[grid](
-        q, kv_cache, cache_seqlens, o, lse, o_part, lse_part, lat_desc, rope_desc,
-        float(sm_scale) * LOG2E, split_len,
-        q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), o.stride(0), o.stride(1),
-        heads, kv_cache.shape[1], splits,
-        D_LAT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], SINGLE=single,
-        LAZY_RESCALE=cfg["LAZY_RESCALE"], LOAD=load, PDL=pdl,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
+    cfg, paged = plan.cfg, plan.page_size > 0
+    descs = _descriptor_set(plan, None, kv_cache, None) if plan.load == 2 else (None, None)
+    args = (q, kv_cache, cache_seqlens, o, lse, o_part, lse_part, *descs, block_table if paged else None, qk_scale,
+            plan.split_len, plan.q_strides[0], plan.q_strides[1], plan.kv_strides[0], plan.kv_strides[1],
+            plan.heads * D_LATENT, D_LATENT, plan.bt_stride, plan.heads, plan.n, max(plan.page_size, 1),
+            plan.splits, D_LATENT, D_ROPE, cfg["BLOCK_H"], cfg["BLOCK_N"], plan.single, cfg["LAZY_RESCALE"],
+            plan.load, pdl, paged)
+    _launch(plan, "tl", _mla_split_attend, plan.grid, args,
+            {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+
+
+def _launch_merge(plan: _Plan, cache_seqlens, o, lse, o_part, lse_part, pdl: bool) -> None:
+    """Stage 2: the splits' partials merged into o and lse."""
+    grid, block_m, block_s, block_d, warps = plan.merge_launch
+    args = (o_part, lse_part, cache_seqlens, o, lse, plan.split_len, plan.heads * D_LATENT, D_LATENT, plan.heads,
+            plan.batch * plan.heads, plan.splits, D_LATENT, block_m, block_s, block_d, pdl)
+    options = {"num_warps": warps, **({"launch_pdl": True} if pdl else {})}
+    _launch(plan, "merge", _mla_merge_splits, grid, args, options)
+
+
+def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse, o_part, lse_part) -> None:
+    """One call's launches. The tensor arguments are tensors while the plan is not ready (its launches go through
+    the JIT functions) and plain addresses once it is (they go through the compiled kernels)."""
+    qk_scale = float(sm_scale) * LOG2E
+    # Grid dependency control is a Hopper launch attribute; the interpreter neither has nor needs it.
+    pdl = bool(plan.cfg["PDL"]) and plan.device.type == "cuda" and not plan.single
+    if plan.gluon:
+        sync = _sync_slot(_sync_words(plan.device), isinstance(o, int)) if plan.fused else None
+        _launch_gluon_stage1(plan, q, kv_cache, cache_seqlens, block_table, qk_scale, o_part, lse_part, sync, o,
+                             lse, pdl)
+    else:
+        _launch_tl_stage1(plan, q, kv_cache, cache_seqlens, block_table, qk_scale, o, lse, o_part, lse_part, pdl)
+    if plan.launches == 2:
+        _launch_merge(plan, cache_seqlens, o, lse, o_part, lse_part, pdl)
+
+
+def _scratch(plan: _Plan) -> torch.Tensor:
+    """The partials' buffer of a warm call. Eager calls of a plan share one, kept on the plan: calls on one stream
+    run one after another, so the next call's stage 1 cannot overwrite partials a merge still reads (an allocation
+    a call costs 5-8 us of host time on the H200 lease's host). A call being captured into a graph gets its own,
+    from the graph's pool, so a graph never shares scratch with eager calls or with other graphs. As with a
+    FlashInfer workspace, eager calls of one shape on two streams at once must not overlap."""
+    if plan.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=plan.device)
+    if plan.scratch is None:
+        plan.scratch = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=plan.device)
+    return plan.scratch
+
+
+def _check_buffers(plan: _Plan, o, lse, o_part, lse_part) -> None:
+    """attend_into's caller-owned buffers must be what the kernels write as: contiguous, of the plan's sizes."""
+    rows = plan.batch * plan.heads
+    wanted = [(o, rows * D_LATENT), (lse, rows)]
+    if not plan.single:
+        wanted += [(o_part, rows * plan.splits * D_LATENT), (lse_part, rows * plan.splits)]
+    for t, numel in wanted:
+        if not (t.is_contiguous() and t.numel() == numel and t.data_ptr() % 16 == 0):
+            raise ValueError(f"mla_splitkv: a buffer of {numel} contiguous, 16-byte aligned elements was expected, "
+                             f"got {tuple(t.shape)} strides {t.stride()}")
 
 
 def attend_into(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits: int, split_len: int,
-                config: dict | None = None):
-    """Launch stage 1 (and stage 2 when splits > 1) into caller-owned buffers.
+                config: dict | None = None, block_table=None):
+    """Launch stage 1 (and stage 2 when splits > 1) into caller-owned buffers, with the split plan given.
 
-    Separate from forward so tests can hand in NaN-filled scratch and prove that empty splits are never read.
+    Separate from forward so tests can hand in NaN-filled scratch and prove that empty splits are never read. Its
+    plan is made for the call and not cached: the buffers are the caller's.
     """
-    cfg = resolve(config)
-    batch, heads, _ = q.shape
-    single = splits == 1
-    if single:
+    plan = _make_plan(q, kv_cache, cache_seqlens, block_table, splits, split_len, config)
+    if plan.fused and _sync_words(plan.device) is None:
+        plan = dataclasses.replace(plan, fused=False, merge_step=(1, 1, 1))
+    if plan.single:
         o_part, lse_part = o, lse
-    # Grid dependency control is a Hopper launch attribute; the interpreter neither has nor needs it.
-    pdl = bool(cfg["PDL"]) and q.is_cuda and not single
-    if cfg["STAGE1"] == "gluon" and gluon_ok(q, kv_cache, cfg):
-        sync = _sync_words(q.device) if fused_ok(batch, heads, splits, q.device, cfg) else None
-        fused = None if sync is None else (sync, o, lse)
-        _launch_gluon_stage1(q, kv_cache, cache_seqlens, sm_scale, o_part, lse_part, splits, split_len, single, cfg,
-                             fused, pdl)
-        if fused is not None:
-            return
-    else:
-        _launch_tl_stage1(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits, split_len, single,
-                          cfg, pdl)
-    if not single:
-        block_s = triton.next_power_of_2(splits)
-        # MERGE_HEADS is a ceiling: rows x splits x 32 columns must stay within 8K floats, so at 128 splits
-        # (M1) it drops to 2 rows while at 4 splits (M3) 8 rows fit.
-        block_m = min(cfg["MERGE_HEADS"], max(1, 8192 // (block_s * 32)))
-        # Keep the [rows, splits, BLOCK_D] partial tile near 8K floats: 64 registers a thread at 4 warps, with
-        # warps added (up to 8) when a forced MERGE_BLOCK_D makes it bigger.
-        block_d = cfg["MERGE_BLOCK_D"] or max(32, min(D_LATENT, 8192 // (block_s * block_m)))
-        warps = min(8, max(4, block_m * block_s * block_d // 2048))
-        extra = {"launch_pdl": True} if pdl else {}
-        _mla_merge_splits[(triton.cdiv(batch * heads, block_m), D_LATENT // block_d)](
-            o_part, lse_part, cache_seqlens, o, lse,
-            split_len, o.stride(0), o.stride(1), heads, batch * heads, splits,
-            D_LAT=D_LATENT, BLOCK_M=block_m, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl, num_warps=warps,
-            **extra,
-        )
+    _check_buffers(plan, o, lse, o_part, lse_part)
+    _run(plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse, o_part, lse_part)
 
 
-def forward(q, kv_cache, cache_seqlens, sm_scale, num_splits: int = 0, config: dict | None = None):
-    """o [B,H,512] in q's dtype and lse [B,H] fp32; num_splits > 0 forces the split count (tests, sweeps), and
-    config overrides CONFIG keys for this call only (variant sweeps).
+def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: int = 0, config: dict | None = None):
+    """o [B,H,512] in q's dtype and lse [B,H] fp32; kv_cache is [B,N,576], or with block_table [B, pages] int32
+    [pages, page_size, 576]. num_splits > 0 forces the split count (tests, sweeps), and config overrides CONFIG keys
+    for this call only (variant sweeps).
 
-    Thin on purpose: shapes decide everything, so a call is two launches (one when a single split covers N),
-    needs no host sync and captures into a CUDA graph.
+    Shapes decide everything (the plan, cached per key), so a call is one or two launches, needs no host sync and
+    captures into a CUDA graph. From a plan's second call on, its launches use the compiled kernels' handles with
+    plain addresses and cached descriptors: at B=1 the GPU work is ~14 us, so host time per call is the eager cost.
     """
-    batch, heads, _ = q.shape
-    splits, split_len = split_plan(batch, heads, kv_cache.shape[1], q.device, num_splits, config=config)
-    o = torch.empty(batch, heads, D_LATENT, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, heads, dtype=torch.float32, device=q.device)
-    o_part, lse_part = (o, lse) if splits == 1 else partial_buffers(batch, heads, splits, q.device, q.dtype)
-    attend_into(q, kv_cache, cache_seqlens, sm_scale, o, lse, o_part, lse_part, splits, split_len, config)
+    plan = _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits, config)
+    device = plan.device
+    o = torch.empty(plan.batch, plan.heads, D_LATENT, dtype=plan.dtype, device=device)
+    lse = torch.empty(plan.batch, plan.heads, dtype=torch.float32, device=device)
+    if not plan.ready:
+        o_part, lse_part = (o, lse) if plan.single else partial_buffers(plan.batch, plan.heads, plan.splits, device,
+                                                                        plan.dtype)
+        _run(plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse, o_part, lse_part)
+        return o, lse
+    o_ptr, lse_ptr = o.data_ptr(), lse.data_ptr()
+    if plan.single:
+        part_ptr, lse_part_ptr = o_ptr, lse_ptr
+    else:
+        scratch = _scratch(plan)  # held until the launches are queued
+        part_ptr = scratch.data_ptr()
+        lse_part_ptr = part_ptr + plan.batch * plan.heads * plan.splits * D_LATENT * plan.dtype.itemsize
+    _run(plan, q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr(),
+         None if block_table is None else block_table.data_ptr(), sm_scale, o_ptr, lse_ptr, part_ptr, lse_part_ptr)
     return o, lse

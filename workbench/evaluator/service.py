@@ -18,7 +18,6 @@ failure is an EvalServiceError.
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import os
 import select
@@ -93,14 +92,12 @@ class _Died(Exception):
     """The service process closed its pipe."""
 
 
-def trusted_files_hash(task: "Task") -> str:
-    """sha256 over the files the service loads (task.toml, reference.py, baseline.py): the oracle cache's key."""
-    digest = hashlib.sha256()
-    for path in (task.dir / "task.toml", task.reference, task.baseline):
-        if path is not None and Path(path).is_file():
-            digest.update(Path(path).read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()
+def oracle_hash(task: "Task") -> str:
+    """The task's oracle hash (workbench.tasks.hashing: task.toml, reference, baseline and what they import): the
+    oracle cache's key, and what restarts the service when it changes."""
+    from workbench.tasks.hashing import task_hash
+
+    return task_hash(task.dir)["sha256"]
 
 
 def usable_cpus() -> list[int]:
@@ -286,7 +283,7 @@ class EvaluationService:
             "task": task.name, "reference": str(task.reference),
             "baseline": str(task.baseline) if task.baseline else None, "entry": task.entry,
             "outputs": list(task.outputs), "tols": [task.tol(o) for o in task.outputs], "device": self.device,
-            "task_hash": trusted_files_hash(task), "groups": self._groups(), "seeds": seeds,
+            "task_hash": oracle_hash(task), "groups": self._groups(), "seeds": seeds,
             "secret": secret_seeds, "fresh_sets": fresh_sets, "refresh_every": refresh_every,
             "precision": precision, "cache_bytes": cache_bytes or CACHE_BYTES[self.device], "cpus": self.cpus,
             "prepare_heldout": prepare_heldout,
@@ -329,7 +326,7 @@ class EvaluationService:
             EvalUsageError: the service refused the task or the device (a usage error, as it said).
             EvalServiceError: the service failed to start twice.
         """
-        digest = trusted_files_hash(self.task)
+        digest = oracle_hash(self.task)
         if digest != self._config["task_hash"]:
             self._config["task_hash"] = digest  # a changed reference or baseline: start over, caches and all
             self._restart()

@@ -6,8 +6,9 @@ import math
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from workbench.tasks import roofline
 from workbench.tasks.model import SHAPE_GROUPS, Shape, Task, TaskError
@@ -36,7 +37,7 @@ DEFAULT_PLAUSIBLE_SPEEDUP = 10.0
 
 
 def tasks_root() -> Path:
-    """Where task folders live: $WORKBENCH_KERNELS, else the repository's kernels/, else ./kernels."""
+    """Where the shipped task folders live: $WORKBENCH_KERNELS, else the repository's kernels/, else ./kernels."""
     env = os.environ.get("WORKBENCH_KERNELS")
     if env:
         return Path(env).expanduser().resolve()  # absolute: evaluator processes run elsewhere
@@ -44,6 +45,41 @@ def tasks_root() -> Path:
     if repo_kernels.is_dir():
         return repo_kernels
     return Path.cwd() / "kernels"
+
+
+TASKS_ENV = "WORKBENCH_TASKS"
+"""A search path (os.pathsep-separated) of folders holding user task folders, searched after the shipped ones."""
+DEFAULT_USER_DIR = "tasks"
+"""./tasks under the current directory: searched last, and where `workbench task new` writes by default."""
+
+
+def add_tasks_dirs(dirs: Sequence[Path | str]) -> None:
+    """Put `--tasks-dir` folders in front of $WORKBENCH_TASKS for this process and every child it starts.
+
+    Child processes (the profiler's, the sanitizer's) find a task by name, so the path travels in the environment.
+    """
+    entries = [str(Path(d).expanduser().resolve()) for d in dirs]
+    old = [e for e in os.environ.get(TASKS_ENV, "").split(os.pathsep) if e]
+    os.environ[TASKS_ENV] = os.pathsep.join(dict.fromkeys(entries + old))
+
+
+def search_path() -> list[Path]:
+    """Folders searched for tasks, in order: the shipped kernels/, then $WORKBENCH_TASKS (with any --tasks-dir in
+    front), then ./tasks. A name found in an earlier folder shadows the same name in a later one."""
+    found = [tasks_root()]
+    for entry in os.environ.get(TASKS_ENV, "").split(os.pathsep):
+        if entry:
+            found.append(Path(entry).expanduser().resolve())
+    found.append((Path.cwd() / DEFAULT_USER_DIR).resolve())
+    return list(dict.fromkeys(found))
+
+
+def user_tasks_dir() -> Path:
+    """Where new user tasks go when no --tasks-dir is given: the first $WORKBENCH_TASKS entry, else ./tasks."""
+    for entry in os.environ.get(TASKS_ENV, "").split(os.pathsep):
+        if entry:
+            return Path(entry).expanduser().resolve()
+    return (Path.cwd() / DEFAULT_USER_DIR).resolve()
 
 
 class _Checker:
@@ -218,19 +254,47 @@ def _parse(path: Path, folder_name: str) -> Task:
     )
 
 
+def valid_task_name(name: str) -> bool:
+    """Whether `name` may name a task folder (letters, digits, '_', '-', '.'; not starting with '-' or '.')."""
+    return isinstance(name, str) and bool(_NAME_RE.match(name))
+
+
+def _check_name(name: str) -> None:
+    if not valid_task_name(name):
+        raise TaskError(f"unknown task {name!r}: not a valid task name")
+
+
+def find_task(name: str) -> Path:
+    """The folder of task `name`: the first folder on the search path that holds <name>/task.toml.
+
+    Raises:
+        TaskError: an invalid name, or no folder on the search path holds it (the message lists what was searched).
+    """
+    _check_name(name)
+    roots = search_path()
+    for root in roots:
+        if (root / name / "task.toml").is_file():
+            return root / name
+    known = sorted({p.parent.name for root in roots if root.is_dir() for p in root.glob("*/task.toml")})
+    where = ", ".join(str(r) for r in roots)
+    raise TaskError(f"unknown task {name!r}: not in {where} (tasks: {', '.join(known) or 'none'}; "
+                    f"add a folder with --tasks-dir or ${TASKS_ENV})")
+
+
 def load_task(name: str, root: Path | str | None = None) -> Task:
-    """Load and validate kernels/<name>/task.toml.
+    """Load and validate <folder>/<name>/task.toml.
 
     Args:
         name: the task's folder name.
-        root: the folder holding task folders; default `tasks_root()`.
+        root: the one folder holding task folders; default: the search path (shipped kernels/, then user folders).
 
     Raises:
         TaskError: an unknown task, or a task.toml that fails validation (one line naming the file and key).
     """
-    base = Path(root).resolve() if root is not None else tasks_root()
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise TaskError(f"unknown task {name!r}: not a valid task name")
+    _check_name(name)
+    if root is None:
+        return _parse(find_task(name) / "task.toml", name)
+    base = Path(root).resolve()
     path = base / name / "task.toml"
     if not path.is_file():
         known = ", ".join(sorted(p.parent.name for p in base.glob("*/task.toml"))) or "none"
@@ -238,9 +302,25 @@ def load_task(name: str, root: Path | str | None = None) -> Task:
     return _parse(path, name)
 
 
+def load_task_dir(folder: Path | str) -> Task:
+    """Load the task in one folder (a session's journaled task folder), wherever it lives.
+
+    Raises:
+        TaskError: the folder has no task.toml, or it fails validation.
+    """
+    folder = Path(folder).resolve()
+    path = folder / "task.toml"
+    if not path.is_file():
+        raise TaskError(f"{folder}: no task.toml there (was the task folder moved or deleted?)")
+    return _parse(path, folder.name)
+
+
 def list_tasks(root: Path | str | None = None) -> list[Task | TaskError]:
-    """Every task folder under root, loaded; a folder that fails to load appears as its TaskError."""
-    base = Path(root) if root is not None else tasks_root()
+    """Every task folder under root (default: every folder on the search path, shadowed names left out), loaded;
+    a folder that fails to load appears as its TaskError."""
+    if root is None:
+        return [entry.task for entry in discover() if entry.shadowed_by is None]
+    base = Path(root)
     if not base.is_dir():
         return []
     found: list[Task | TaskError] = []
@@ -249,4 +329,35 @@ def list_tasks(root: Path | str | None = None) -> list[Task | TaskError]:
             found.append(_parse(folder / "task.toml", folder.name))
         except TaskError as exc:
             found.append(exc)
+    return found
+
+
+@dataclass(frozen=True)
+class Found:
+    """One task folder on the search path."""
+
+    name: str
+    folder: Path
+    task: Task | TaskError
+    shipped: bool
+    """True for the shipped kernels/ folder, False for a user folder."""
+    shadowed_by: Path | None = None
+    """An earlier folder on the path with the same task name, which `load_task` picks instead."""
+
+
+def discover() -> list[Found]:
+    """Every task folder on the search path, in path order, each loaded (or its TaskError)."""
+    roots = search_path()
+    first: dict[str, Path] = {}
+    found: list[Found] = []
+    for index, root in enumerate(roots):
+        if not root.is_dir():
+            continue
+        for folder in sorted(p for p in root.iterdir() if (p / "task.toml").is_file()):
+            try:
+                task: Task | TaskError = _parse(folder / "task.toml", folder.name)
+            except TaskError as exc:
+                task = exc
+            found.append(Found(folder.name, folder, task, index == 0, first.get(folder.name)))
+            first.setdefault(folder.name, folder)
     return found
