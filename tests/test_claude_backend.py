@@ -2,7 +2,6 @@
 
 import copy
 import json
-import os
 import queue
 import re
 import threading
@@ -15,14 +14,17 @@ anthropic = pytest.importorskip("anthropic")
 
 from fake_anthropic import (  # noqa: E402
     KEY, Drop, FakeAnthropic, Message, Status, StreamError, all_text, text, tool_use)
-from workbench.agent.backends.claude import BackendError, ClaudeBackend, check_access, cost_usd  # noqa: E402
+from workbench.agent.backends.claude import AnthropicTransport, claude_backend, cost_usd  # noqa: E402
+from workbench.agent.backends.conversation import RetryPolicy  # noqa: E402
+from workbench.agent.backends.transport import BackendError  # noqa: E402
 from workbench.agent.budget import Budget  # noqa: E402
 from workbench.agent.commands import Command  # noqa: E402
 from workbench.agent.context import context_at  # noqa: E402
+from workbench.agent.evaluation import FunctionEvaluator  # noqa: E402
 from workbench.agent.prompts import goal_text  # noqa: E402
 from workbench.agent.runtime import AgentRuntime  # noqa: E402
 from workbench.agent.sink import RecordingSink  # noqa: E402
-from workbench.agent.tools import MODEL_TOOLS  # noqa: E402
+from workbench.agent.tools import TOOLS  # noqa: E402
 from workbench.session import SessionStore  # noqa: E402
 from workbench.session.replay import load_state  # noqa: E402
 from workbench.session.state import SessionState  # noqa: E402
@@ -44,15 +46,16 @@ def fake_eval(task, path, device, **kw):
             "shapes": [{"name": "C1", "correct": ok, "ms": 0.1, "speedup": 1.5 if ok else None}]}
 
 
-def backend(server, task, **kw):
+def backend(server, task, max_retries=8):
     client = anthropic.Anthropic(api_key=KEY, base_url=server.base_url, max_retries=0)
-    return ClaudeBackend(MODEL, seed_source=task.seed.read_text(), client=client, backoff_base=0.01, **kw)
+    return claude_backend(MODEL, seed_source=task.seed.read_text(), client=client,
+                          retry=RetryPolicy(max_retries=max_retries, backoff_base=0.01))
 
 
 def start(tmp_path, server, task, budget=Budget(), **kw):
     files = SessionStore(tmp_path).create(task="tiny", agent="claude", model=MODEL, device="cpu", budget={})
     rt = AgentRuntime(files, SessionState(), task, backend(server, task, **kw), device="cpu", budget=budget,
-                      evaluator=fake_eval)
+                      evaluator=FunctionEvaluator(fake_eval))
     rt.emit("session.created", {"id": files.id, "task": "tiny", "agent": "claude", "device": "cpu", "budget": {}})
     rt.emit("goal.set", {**task.public_view(), "device": "cpu", "budget": budget.to_dict()})
     return rt, files
@@ -62,7 +65,7 @@ def resume(tmp_path, files_id, server, task, budget=Budget(), **kw):
     files = SessionStore(tmp_path).open(files_id, writer=True)
     state = load_state(files)
     return AgentRuntime(files, state, task, backend(server, task, **kw), device="cpu", budget=budget,
-                        evaluator=fake_eval), files
+                        evaluator=FunctionEvaluator(fake_eval)), files
 
 
 def plain(value):
@@ -110,7 +113,7 @@ def test_multi_turn_tool_use_is_streamed_and_journaled_as_deltas(tmp_path, task)
     assert len(bodies) == 4 and rt.state.status == "finished"
     for i, body in enumerate(bodies):
         assert body["model"] == MODEL and body["stream"] is True
-        assert [t["name"] for t in body["tools"]] == list(MODEL_TOOLS)
+        assert [t["name"] for t in body["tools"]] == list(TOOLS)
         assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
         assert "GOAL CONTRACT" in body["system"][0]["text"] and goal_text(rt.state.goal) in body["system"][0]["text"]
         assert len(body["messages"]) == 2 * i + 1 and body["messages"][-1]["content"][-1]["cache_control"]
@@ -138,7 +141,8 @@ def test_multi_turn_tool_use_is_streamed_and_journaled_as_deltas(tmp_path, task)
     assert all(r["cost_usd"] > 0 and r["cache_read_input_tokens"] > 0 for r in responses)
     # --prompt-at: the context rebuilt from the journal is byte-for-byte what was sent
     for event, body in zip(requests, bodies):
-        rebuilt, _, _ = context_at(files.read_events(), event.seq + 1)
+        prompt, _, _ = context_at(files.read_events(), event.seq + 1)
+        rebuilt = AnthropicTransport().request_body(prompt, model=MODEL, max_tokens=8192)
         for key in ("system", "tools", "messages", "model", "max_tokens"):
             assert rebuilt[key] == body[key]
     files.close()
@@ -340,11 +344,11 @@ def test_key_and_model_are_checked_before_a_run(tmp_path, task):
     with FakeAnthropic([]) as server:
         good = anthropic.Anthropic(api_key=KEY, base_url=server.base_url, max_retries=0)
         bad = anthropic.Anthropic(api_key="sk-wrong", base_url=server.base_url, max_retries=0)
-        assert check_access(MODEL, good) is None and server.model_checks == [MODEL]
+        assert AnthropicTransport(good).check_access(MODEL) is None and server.model_checks == [MODEL]
         with pytest.raises(BackendError, match=r"rejected the key \(401"):
-            check_access(MODEL, bad)
+            AnthropicTransport(bad).check_access(MODEL)
         with pytest.raises(BackendError, match="does not know model 'nope-1'"):
-            check_access("nope-1", good)
+            AnthropicTransport(good).check_access("nope-1")
         # a rejected key mid-run stops the run with one clear line, resumable once fixed
         server.script = [Status(401, "authentication_error", "invalid x-api-key")]
         rt, files = start(tmp_path, server, task)
@@ -353,15 +357,31 @@ def test_key_and_model_are_checked_before_a_run(tmp_path, task):
         assert rt.state.status == "stopped" and "rejected the key" in rt.state.stop_reason
         files.close()
     unreachable = anthropic.Anthropic(api_key=KEY, base_url="http://127.0.0.1:9", max_retries=0)
-    assert "could not check" in check_access(MODEL, unreachable)
+    assert "could not check" in AnthropicTransport(unreachable).check_access(MODEL)
 
 
-def test_the_sdk_is_not_imported_by_core_modules():
-    # claude.py is a core module: it must import without pulling the SDK in (the GPU box has none)
-    import subprocess
-    import sys
-
-    code = "import sys, workbench.agent.backends.claude, workbench.agent.context; print('anthropic' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONPATH": "."})
-    assert out.stdout.strip() == "False", out.stderr
+def test_a_prompt_too_long_for_the_model_is_compacted_harder_and_sent_once_more(tmp_path, task):
+    too_long = Status(400, "invalid_request_error", "prompt is too long: 250123 tokens > 200000 maximum")
+    script = [
+        Message([tool_use("t1", "read_task")]),
+        Message([tool_use("t2", "read_kernel")]),
+        Message([tool_use("t3", "read_file", {"path": "reference.py"})]),
+        too_long,
+        Message([tool_use("t4", "read_kernel")]),
+        too_long,
+        too_long,
+    ]
+    with FakeAnthropic(script) as server:
+        rt, files = start(tmp_path, server, task)
+        with pytest.raises(BackendError, match="too long even after a compaction"):
+            rt.run(threading.Event())
+        bodies = list(server.requests)
+    kinds = [(e.type, e.data.get("ok")) for e in journal(files) if e.type in ("llm.response", "memory.compacted")]
+    # the first refusal: journaled, the context compacted below what was sent, the same request sent again
+    assert kinds[3:6] == [("llm.response", False), ("memory.compacted", None), ("llm.response", True)]
+    compacted = journal(files, "memory.compacted")[0].data
+    assert compacted["limit"] < compacted["tokens_before"] and compacted["tokens_after"] <= compacted["limit"]
+    assert len(bodies[4]["messages"]) < len(bodies[3]["messages"]) and "MEMORY" in all_text(bodies[4])
+    # a prompt still too long after its compaction stops the run with one line, resumable
+    assert rt.state.status == "stopped" and "too long even after a compaction" in rt.state.stop_reason
+    files.close()

@@ -6,10 +6,11 @@ from types import SimpleNamespace
 import pytest
 
 from workbench.agent import ledger
-from workbench.agent.backends.base import Finish, ToolCall
+from workbench.agent.backends.base import Finish, StepBackend, ToolCall
 from workbench.agent.budget import Budget
 from workbench.agent.runtime import AgentRuntime
-from workbench.agent.tools import sha256_text
+from workbench.agent.evaluation import FunctionEvaluator
+from workbench.session.revisions import sha256_text
 from workbench.session import SessionStore
 from workbench.session.state import Attempt, SessionState
 
@@ -131,13 +132,14 @@ def test_text_rule_and_only_failed_strategies_warn():
     assert ledger.find_repeats(state, unrelated) == []
 
 
-class Scripted:
+class Scripted(StepBackend):
     """A backend that plays a fixed list of tool calls, then finishes."""
 
-    name, model = "scripted", None
+    name = "scripted"
 
     def __init__(self, calls, seed=BASE):
-        self.calls, self.seed_source = list(calls), seed
+        super().__init__(seed)
+        self.calls = list(calls)
 
     def next_action(self, state, task):
         return self.calls.pop(0) if self.calls else Finish("script done")
@@ -165,7 +167,7 @@ def test_evaluate_refuses_a_repeat_of_a_failed_strategy_until_forced(tmp_path):
     ]
     files = SessionStore(tmp_path).create(task="toy", agent="scripted", model=None, device="cpu", budget={})
     rt = AgentRuntime(files, SessionState(), SimpleNamespace(name="toy", public_view=dict), Scripted(calls),
-                      device="cpu", budget=Budget(), evaluator=evaluator)
+                      device="cpu", budget=Budget(), evaluator=FunctionEvaluator(evaluator))
     rt.run(threading.Event())
     results = [e.data for e in files.read_events() if e.type == "tool.result"]
     write_again, refused, forced = results[4], results[5], results[6]

@@ -6,6 +6,7 @@ from test_runtime import SEED, TASK, fake_evaluator
 from workbench.agent.backends.tuner import TunerBackend
 from workbench.agent.budget import Budget
 from workbench.agent.context import context_at
+from workbench.agent.evaluation import FunctionEvaluator
 from workbench.agent.memory import SessionMemory, audit, estimate_tokens, plan_compaction, summarize
 from workbench.agent.runtime import AgentRuntime
 from workbench.session import SessionStore
@@ -123,7 +124,7 @@ def test_the_tuner_compacts_through_the_same_mechanism_and_resume_rebuilds_the_w
     budget = Budget(max_iterations=10, context_tokens=500)
     files = SessionStore(tmp_path).create(task="toy", agent="tuner", model=None, device="cpu", budget={})
     runtime = AgentRuntime(files, SessionState(), TASK, TunerBackend(SEED), device="cpu", budget=budget,
-                           evaluator=fake_evaluator(), checkpoint_every=7)
+                           evaluator=FunctionEvaluator(fake_evaluator()), checkpoint_every=7)
     runtime.emit("session.created", {"id": files.id, "task": "toy", "agent": "tuner", "budget": {}})
     runtime.emit("goal.set", {"name": "toy", "description": "identity, tuned"})
     runtime.run(threading.Event())

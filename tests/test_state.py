@@ -95,3 +95,10 @@ def test_a_run_started_from_a_kernel_file_keeps_it_through_a_checkpoint():
     assert (state.start_file, state.start_source) == ("/k/kda_chunked.py", "src")
     assert SessionState.from_dict(state.to_dict()).start_source == "src"
     assert fold([ev(1, "session.created", {"id": "y", "task": "kda", "budget": {}})]).start_source == ""
+
+
+def test_every_event_type_has_one_typed_definition_and_one_fold_handler():
+    from workbench.journal.events import EVENT_DATA, EVENT_TYPES
+    from workbench.session.state import HANDLERS
+
+    assert set(HANDLERS) == set(EVENT_DATA) == EVENT_TYPES

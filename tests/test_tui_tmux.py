@@ -118,7 +118,7 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
 
 def test_run_killed_in_tmux_resumes_as_the_same_session(tmux: Tmux, tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    config.write_text('theme = "workbench-ansi"\ncursor_blink = false\nwatch_kernels = false\n', encoding="utf-8")
+    config.write_text('theme = "workbench-ansi"\ncursor_blink = false\n', encoding="utf-8")
     # Under pytest the pane's environment arrives with COLUMNS=80 and LINES=24, which Textual obeys over the pty's
     # real size; stating the window's size keeps the layout the one a person at 120x40 sees.
     env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(config), "ANTHROPIC_API_KEY": "",

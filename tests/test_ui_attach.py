@@ -87,4 +87,10 @@ async def test_attached_without_inbox_cannot_nudge(tmp_path: Path) -> None:
     app = make_app(ui_settings(), state=state, follow_path=journal)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("n")
-        assert isinstance(app.screen, LiveScreen)
+        await pilot.pause()
+        assert isinstance(app.screen, LiveScreen), "no nudge dialog for a session nobody can deliver to"
+        assert app.screen.check_action("nudge", ()) is None, "the binding is shown greyed out"
+        # A nudge that reaches the app some other way (a message, the command palette) goes nowhere either.
+        app.screen.post_message(LiveScreen.NudgeSent("hi", False))
+        await pilot.pause()
+        assert app.commands.empty() and not (tmp_path / "inbox").exists()

@@ -65,51 +65,52 @@ def _load_task(name: str):
 
 
 def _backend(agent: str, task, model: str | None, state=None, start: str | None = None):
-    """The backend strategy for `agent`; the seed is `start` (run --start), else the kernel the session was started
-    from (a resume rebuilds it from the journal), else the task's seed.
+    """The backend strategy for `agent`, from the registry; the seed is `start` (run --start), else the kernel the
+    session was started from (a resume rebuilds it from the journal), else the task's seed.
 
-    The claude backend checks its key and model with the API here, before any session is created or resumed, so
-    a missing or rejected key is one line and exit 2 rather than a run that dies on its first turn.
+    What the backend needs (its packages, a credential, access to its model) is checked here, before any session
+    is created or resumed, so a missing or rejected key is one line and exit 2 rather than a run that dies on its
+    first turn.
     """
+    from workbench.agent.backends import registry
+    from workbench.agent.backends.transport import BackendError
+
+    try:
+        spec = registry.get(agent)
+    except registry.RegistryError as exc:
+        raise CliError(str(exc)) from None
+    if spec.credentials() is None:
+        raise CliError(f"the {agent} agent needs {spec.transport().credential_hint}; "  # type: ignore[misc]
+                       "or run the offline tuner with --agent tuner")
+    missing = registry.missing_packages(spec)
+    if missing:
+        raise CliError(f"the {agent} agent needs the {', '.join(missing)} package (pip install {' '.join(missing)})")
     seed = start or (state.start_source if state is not None and state.start_source else None) or \
         task.seed.read_text(encoding="utf-8")
-    if agent == "tuner":
-        from workbench.agent.backends.tuner import TunerBackend
-        from workbench.agent.tunables import TunablesError, read_declared
-
-        if state is None or not state.attempts:
-            try:
-                read_declared(seed)
-            except TunablesError as exc:
-                where = "the --start kernel" if start else f"{task.seed}"
-                raise CliError(f"the tuner searches the TUNABLES/CONFIG a kernel declares, and {where} declares none "
-                               f"({exc}): write a seed with TUNABLES and CONFIG (or pass --start FILE), or run "
-                               f"--agent claude") from None
-        return TunerBackend(seed)
-    if agent == "claude":
-        import importlib.util
-
-        from workbench.agent.backends.claude import BackendError, ClaudeBackend, check_access, have_credentials
-
-        if not have_credentials():
-            raise CliError("the claude agent needs ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) set; "
-                           "or run the offline tuner with --agent tuner")
-        if importlib.util.find_spec("anthropic") is None:
-            raise CliError("the claude agent needs the anthropic package (pip install anthropic)")
-        backend = ClaudeBackend(model, seed_source=seed)
+    options = registry.BackendOptions(model=model, seed_source=seed, fresh=state is None or not state.attempts,
+                                      seed_origin="the --start kernel" if start else str(task.seed))
+    try:
+        spec.check(options)
+    except BackendError as exc:
+        raise CliError(str(exc)) from None
+    backend = spec.create(options)
+    if spec.transport is not None and backend.model:
         try:
-            warning = check_access(backend.model)
+            warning = spec.transport().check_access(backend.model)
         except BackendError as exc:
             raise CliError(str(exc)) from None
         if warning:
             print(f"workbench: warning: {warning}", file=sys.stderr)
-        return backend
-    raise CliError(f"agent {agent!r} is not available in this build (available: tuner, claude)")
+    return backend
 
 
-def _default_agent() -> str:
-    # The contract: claude when a key is set, else the offline tuner.
-    return "claude" if os.environ.get("ANTHROPIC_API_KEY") else "tuner"
+def _runtime(files, state, task, backend, *, device: str, budget):
+    """The runtime for a run, with the evaluator and observer the device calls for (built here, owned by it)."""
+    from workbench.agent.evaluation import ServiceEvaluator, ncu_observer
+    from workbench.agent.runtime import AgentRuntime
+
+    return AgentRuntime(files, state, task, backend, device=device, budget=budget, evaluator=ServiceEvaluator(device, task),
+                        kernel_observer=ncu_observer if device == "cuda" else None)
 
 
 def _device(requested: str | None) -> str:
@@ -189,7 +190,7 @@ def _resume_task(state, accept_change: bool):
 
 def _start_kernel(file: str) -> dict[str, str]:
     """The kernel a run starts from instead of the task's seed: {"file", "sha256", "source"}."""
-    import hashlib
+    from workbench.session.revisions import sha256_text
 
     path = Path(file)
     try:
@@ -204,16 +205,16 @@ def _start_kernel(file: str) -> dict[str, str]:
         compile(source, str(path), "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise CliError(f"--start {file}:{exc.lineno}: SyntaxError: {exc.msg}") from None
-    return {"file": str(path.resolve()), "sha256": hashlib.sha256(source.encode()).hexdigest(), "source": source}
+    return {"file": str(path.resolve()), "sha256": sha256_text(source), "source": source}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from workbench.agent.runtime import AgentRuntime
+    from workbench.agent.backends import registry
     from workbench.session import SessionStore
     from workbench.session.state import SessionState
 
     task = _load_task(args.task)
-    agent = args.agent or _default_agent()
+    agent = args.agent or registry.default_name()
     device = _device(args.device)
     budget = _budget(args)
     start = _start_kernel(args.start) if args.start else None
@@ -221,7 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     files = SessionStore(_sessions_dir(args)).create(
         task=task.name, agent=agent, model=args.model, device=device, budget=budget.to_dict()
     )
-    runtime = AgentRuntime(files, SessionState(), task, backend, device=device, budget=budget)
+    runtime = _runtime(files, SessionState(), task, backend, device=device, budget=budget)
     created = {"id": files.id, "task": task.name, "agent": agent, "model": args.model, "device": device,
                "created": files.meta.get("created", ""), "budget": budget.to_dict(), **_task_origin(task)}
     if start:
@@ -232,7 +233,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from workbench.agent.runtime import AgentRuntime
     from workbench.session import SessionError
     from workbench.session.replay import load_state
 
@@ -250,7 +250,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         raise
     budget = _budget(args, state.budget)
     backend = _backend(state.agent, task, state.model, state)
-    runtime = AgentRuntime(files, state, task, backend, device=state.device, budget=budget)
+    runtime = _runtime(files, state, task, backend, device=state.device, budget=budget)
     if changed:
         print(f"workbench: warning: task {task.name!r} changed ({', '.join(changed)}); results before seq "
               f"{state.last_seq + 1} were judged by the old oracle", file=sys.stderr)
@@ -407,12 +407,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _show_prompt(files, seq: int, as_json: bool) -> int:
     """Print the model context at journal seq `seq`, rebuilt from the journal (the last request at or before it)."""
-    from workbench.agent.context import context_at, render_text, sha256
+    from workbench.agent.context import context_at, render_text
+    from workbench.session.revisions import sha256_text
 
     if seq < 1:
         raise CliError("--prompt-at takes a journal seq (1 or more)")
-    body, memory, request = context_at(files.read_events(), seq)
-    if body is None:
+    prompt, memory, request = context_at(files.read_events(), seq)
+    if prompt is None:
         # A session without model requests (the tuner): its memory window is what a model would have read.
         lines = [f"no model request at or before seq {seq}; the agent's memory window there:"]
         if memory.summary:
@@ -422,14 +423,32 @@ def _show_prompt(files, seq: int, as_json: bool) -> int:
               if as_json else "\n".join(lines))
         return EXIT_OK
     if as_json:
-        print(json.dumps(body, indent=2, ensure_ascii=False))
+        print(json.dumps(_request_body(files, prompt, request), indent=2, ensure_ascii=False))
         return EXIT_OK
     print(f"context of turn {request.get('turn')} (llm.request at or before seq {seq}; "
           f"~{request.get('context_tokens', '?')} tokens of a {request.get('budget_tokens', '?')} budget)")
-    if request.get("system_sha256") and request["system_sha256"] != sha256(body["system"][0]["text"]):
+    if request.get("system_sha256") and request["system_sha256"] != sha256_text(prompt.system):
         print("note: this workbench words the system prompt differently from the one that was sent")
-    print(render_text(body))
+    print(render_text(prompt))
     return EXIT_OK
+
+
+def _request_body(files, prompt, request: dict[str, Any]) -> dict[str, Any]:
+    """The request as the session's model API takes it (its backend's transport); the neutral prompt when the
+    backend has no transport or is not installed here."""
+    from dataclasses import asdict
+
+    from workbench.agent.backends import registry
+
+    agent = files.meta.get("agent", "")
+    try:
+        spec = registry.get(agent)
+    except registry.RegistryError:
+        spec = None
+    if spec is None or spec.transport is None:
+        return asdict(prompt)
+    return spec.transport().request_body(prompt, model=request.get("model", ""),
+                                          max_tokens=int(request.get("max_tokens", 0)))
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -466,20 +485,33 @@ def cmd_nudge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from workbench.evaluator import EvalServiceError, EvalUsageError, evaluate, format_result
-
+def _candidate(args: argparse.Namespace):
+    """The task and candidate file of `eval` and `profile`, both checked: (task, path)."""
     task = _load_task(args.task)
     path = Path(args.file)
     if not path.is_file():
         raise CliError(f"{path}: no such file")
-    device = _device(args.device)
+    return task, path
+
+
+def _evaluate(task, path: Path, **kwargs: Any) -> dict[str, Any]:
+    """workbench.evaluator.evaluate, with a usage error (exit 2) or a failed evaluation service (exit 1) as a
+    CliError."""
+    from workbench.evaluator import EvalServiceError, EvalUsageError, evaluate
+
     try:
-        result = evaluate(task, path, device=device, heldout=args.heldout, graph=args.graph)
+        return evaluate(task, path, **kwargs)
     except EvalUsageError as exc:
         raise CliError(str(exc)) from exc
-    except EvalServiceError as exc:
+    except EvalServiceError as exc:  # the trusted side failed twice: not a usage error, not the candidate's verdict
         raise CliError(str(exc), EXIT_FAIL) from exc
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from workbench.evaluator import format_result
+
+    task, path = _candidate(args)
+    result = _evaluate(task, path, device=_device(args.device), heldout=args.heldout, graph=args.graph)
     print(json.dumps(result, indent=2) if args.json else format_result(result))
     return EXIT_OK if result["verdict"] == "ok" else EXIT_FAIL
 
@@ -529,7 +561,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     lines.append(f"gpu         {gpu or 'none (evaluations run on the CPU under the Triton interpreter)'}")
     for var in ("TERM", "COLORTERM", "TMUX", "ANTHROPIC_BASE_URL"):
         lines.append(f"{var:<11} {os.environ.get(var, '')}")
-    lines.append(f"api key     {'set' if os.environ.get('ANTHROPIC_API_KEY') else 'not set (offline tuner agent)'}")
+    from workbench.agent.backends import registry
+
+    credential = registry.get("claude").credentials()
+    lines.append(f"api key     {'set' if credential else 'not set (offline tuner agent)'}")
     lines.append(f"sessions    {_sessions_dir(args).resolve()}")
     from workbench.evaluator.isolation import report_lines
 
@@ -551,12 +586,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from workbench.evaluator import EvalServiceError, EvalUsageError, evaluate, format_result
+    from workbench.evaluator import format_result
 
-    task = _load_task(args.task)
-    path = Path(args.file)
-    if not path.is_file():
-        raise CliError(f"{path}: no such file")
+    task, path = _candidate(args)
     device = _device(None)
     if args.ncu and device != "cuda":
         raise CliError("--ncu needs an NVIDIA GPU (nvidia-smi found none)")
@@ -573,12 +605,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise CliError(f"--against {args.against}: no profile in it")
     if args.shape and args.shape not in [s.name for s in task.shapes.get("cuda", [])]:
         raise CliError(f"--shape {args.shape}: not a CUDA shape of {task.name}")
-    try:
-        result = evaluate(task, path, device=device)
-    except EvalUsageError as exc:
-        raise CliError(str(exc)) from exc
-    except EvalServiceError as exc:
-        raise CliError(str(exc), EXIT_FAIL) from exc
+    result = _evaluate(task, path, device=device)
     from workbench.profiler import advise, diff
     from workbench.profiler.summary import format_profile
 
@@ -722,6 +749,8 @@ def _task_parsers(sub, tasks_flag) -> None:  # noqa: ANN001 - argparse's private
 
 # -- parser --------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
+    from workbench.agent.backends import registry
+
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -748,8 +777,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="start a session on a task")
     p.add_argument("task")
-    p.add_argument("--agent", choices=["tuner", "claude"],
-                   help="default: claude when ANTHROPIC_API_KEY is set, else the offline tuner")
+    p.add_argument("--agent", choices=registry.names(),
+                   help="default: claude when ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) is set, else the offline tuner")
     p.add_argument("--model")
     p.add_argument("--start", metavar="FILE",
                    help="start from this kernel instead of the task's seed, e.g. kernels/kda/kda_chunked.py")

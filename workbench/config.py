@@ -23,8 +23,6 @@ class Settings:
     """Extra user themes (*.toml) beside the shipped ones."""
     keymap: dict[str, str] = field(default_factory=dict)
     """Binding id -> keys, passed to App.set_keymap."""
-    watch_kernels: bool = True
-    """Watch the task folder for human edits (watchfiles)."""
     watch_themes: bool = False
     log_max_lines: int = 5000
     mouse: bool = True

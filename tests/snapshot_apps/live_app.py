@@ -26,7 +26,6 @@ def ui_settings(**overrides: Any) -> Settings:
     """The deterministic configuration every UI test uses: fixed theme, frozen clock, no blink, no watchers."""
     values: dict[str, Any] = dict(
         theme="workbench-dark",
-        watch_kernels=False,
         watch_themes=False,
         frozen_clock=FROZEN_CLOCK,
         cursor_blink=False,

@@ -10,8 +10,11 @@ from workbench.journal import Event
 from workbench.session.state import SessionState
 
 
-def attempt_line(state: SessionState, n: int) -> str:
-    """One progress line for an evaluated attempt, with the best so far."""
+def progress_line(state: SessionState, n: int) -> str:
+    """One progress line for a person following a headless run: an evaluated attempt and the best so far.
+
+    (prompts.attempt_line is the model's line for an attempt: other reader, other words.)
+    """
     attempt = state.attempts[n]
     speed = f"{attempt.speedup:.3f}x" if attempt.speedup is not None else "-"
     ms = f"{attempt.ms:.4f} ms" if attempt.ms is not None else "-"
@@ -38,7 +41,7 @@ class HeadlessSink:
             self._print(f"attempt {event.data['attempt']:4d}  held-out check on {summary.get('shapes', 0)} "
                         f"hidden shapes {outcome}")
         elif event.type == "eval.finished":
-            self._print(attempt_line(self.state, event.data["attempt"]))
+            self._print(progress_line(self.state, event.data["attempt"]))
         elif event.type == "nudge.acked":
             self._print(f"nudge {event.data['id']}: {event.data.get('note', '')}")
         elif event.type == "run.stopped":

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from workbench.agent import ledger as ledger_mod
 from workbench.agent.prompts import (
@@ -29,6 +29,9 @@ from workbench.agent.prompts import (
     short_paths,
 )
 from workbench.session.state import SessionState
+
+if TYPE_CHECKING:
+    from workbench.session.store import SessionFiles
 
 CHARS_PER_TOKEN = 3.5
 """A conservative estimate for code-heavy English (real tokenizers give 3.5-4.5 chars per token)."""
@@ -120,7 +123,7 @@ class SessionMemory:
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
-    def load(cls, files: Any, state: SessionState, kind: str) -> "SessionMemory":
+    def load(cls, files: "SessionFiles", state: SessionState, kind: str) -> "SessionMemory":
         """Rebuild the window for resume: the latest summary (from the checkpointed state) plus the journal after it.
 
         Only events after the last compacted range are read, so the cost follows the window, not the session.

@@ -6,9 +6,7 @@ context of any turn can be rebuilt from the journal and `workbench show --prompt
 
 from __future__ import annotations
 
-import difflib
 import json
-from pathlib import Path
 from typing import Any
 
 from workbench.agent import ledger as ledger_mod
@@ -179,17 +177,9 @@ def revoke_message(nudge: dict[str, Any]) -> str:
 SILENT_TEXT = "You replied without calling a tool. Call a tool to continue, or call finish if you are done."
 
 
-# -- tool results as the model reads them -----------------------------------------------------------
-def _source_block(n: int) -> dict[str, Any]:
-    """A reference to attempt n's source, expanded when the request is built (sources are journaled once)."""
-    return {"type": "text", "source_of": n}
-
-
-def _text(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
-
-
-def _report_lines(report: dict[str, Any]) -> list[str]:
+# -- evaluation results as the model reads them ------------------------------------------------------
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """An evaluation's agent report (evaluator.result.agent_report) as lines: verdict, message, geomean, shapes."""
     lines = [f"verdict: {report.get('verdict')}"]
     if report.get("message"):
         lines.append(f"message: {short_paths(report['message'])}")
@@ -204,65 +194,3 @@ def _report_lines(report: dict[str, Any]) -> list[str]:
                 cells.append(f"{key}=" + fmt.format(s[key]))
         lines.append("  " + " ".join(cells))
     return lines
-
-
-def render_tool_result(call: dict[str, Any], result: dict[str, Any] | None, state: SessionState
-                       ) -> tuple[list[dict[str, Any]], bool]:
-    """The content of one tool_result block, from the journaled call and result plus the session state.
-
-    Attempt sources are referenced ({"source_of": n}) rather than copied: they are immutable and already in the
-    journal. Views of the session (attempt list, best) are rendered from `state` as of the request.
-
-    Returns:
-        (content blocks, is_error).
-    """
-    tool = call.get("tool", "?")
-    if result is None:
-        return [_text("interrupted: no result was recorded for this call")], True
-    if not result.get("ok"):
-        prefix = "interrupted" if result.get("aborted") else "error"
-        text = result.get("error", "failed")
-        if result.get("aborted"):
-            text = f"{text}; check the state block and re-run the call if it is still needed"
-        return [_text(f"{prefix}: {text}")], True
-    data = result.get("data") or {}
-    summary = result.get("summary", "")
-    if tool == "read_task":
-        return [_text(goal_text(state.goal))], False
-    if tool in ("read_kernel", "show_best"):
-        n = data.get("attempt")
-        if n is None:
-            if "text" in data:
-                what = (f"starting kernel {Path(state.start_file).name}" if state.start_file else "seed kernel")
-                return [_text(f"{what} (no attempt written yet):"), _text(data["text"])], False
-            return [_text(summary or "no attempt yet")], False
-        attempt = state.attempts.get(n)
-        head = attempt_line(attempt) if attempt else f"attempt {n}"
-        return [_text(f"attempt {n}: {head}\nsource:"), _source_block(n)], False
-    if tool == "read_file":
-        return [_text(f"{data.get('path')}:"), _text(data.get("text", ""))], False
-    if tool in ("write_kernel", "edit_kernel"):
-        lines = [summary]
-        lines.extend(f"WARNING: {w['message']}" for w in data.get("warnings", []))
-        return [_text("\n".join(lines))], False
-    if tool == "evaluate":
-        lines = [summary, *_report_lines(data.get("report") or {})]
-        lines.append(best_line(state))
-        return [_text("\n".join(lines))], False
-    if tool == "list_attempts":
-        upto, last = data.get("upto", 0), data.get("last", 20)
-        rows = [state.attempts[n] for n in sorted(state.attempts) if n <= upto][-last:]
-        text = "\n".join(attempt_line(a) for a in rows) or "no attempts yet"
-        return [_text(f"{summary}\n{text}")], False
-    if tool == "diff_attempts":
-        a, b = state.attempts.get(data.get("a")), state.attempts.get(data.get("b"))
-        if a is None or b is None:
-            return [_text(summary)], False
-        diff = "".join(difflib.unified_diff(a.source.splitlines(keepends=True), b.source.splitlines(keepends=True),
-                                            fromfile=f"attempt {a.n}", tofile=f"attempt {b.n}"))
-        return [_text(diff or f"attempts {a.n} and {b.n} are identical")], False
-    if tool == "ledger":
-        entry = data.get("entry")
-        text = f"{summary}\n{ledger_mod.line(entry)}" if entry else summary
-        return [_text(text)], False
-    return [_text(summary or "ok")], False

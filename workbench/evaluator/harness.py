@@ -18,14 +18,13 @@ import socket
 import sys
 import threading
 import traceback
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from workbench.evaluator import limits
 from workbench.evaluator.channel import Channel, WorkerLost
 from workbench.evaluator.oracle import OracleCache, Prepared
+from workbench.evaluator.trusted import Baseline, ShapeState
 from workbench.evaluator.seeds import SeedPool
 from workbench.evaluator.stats import StopRule
 
@@ -42,39 +41,6 @@ class ServiceFault(Exception):
         super().__init__(message)
         self.kind = kind
         """"baseline", "oracle" or "inputs"."""
-
-
-@dataclass
-class Baseline:
-    """What speedups are measured against on this service."""
-
-    name: str
-    fn: Callable[..., Any]
-    note: str | None = None
-    """Why it is not the task's baseline.py (unavailable here), if so."""
-    autotuned: bool = False
-    """Whether it brought Triton autotuners with it (a library such as FLA): worth precompiling on a new machine."""
-
-
-@dataclass
-class ShapeState:
-    """What the service knows about one shape across evaluations."""
-
-    name: str
-    group: str
-    role: str
-    params: dict[str, Any]
-    baseline_ms: float | None = None
-    """The baseline's call time here once warm (host time of a synchronised call), for the time limits."""
-    warm: bool = False
-    error: str | None = None
-    """Why preparing the shape failed in idle time (an evaluation retries once)."""
-    limits: limits.ShapeLimits = field(default_factory=lambda: limits.ShapeLimits(0.0, 0, 0.0))
-    """Its time limits (Service._limits: the floor until the baseline is warm, then from its call time)."""
-    fresh: deque[Prepared] = field(default_factory=deque)
-    """Timing sets prepared ahead (fresh seeds, oracle outputs), each for exactly one evaluation."""
-    baseline_kernels: list[dict[str, Any]] | None = None
-    """The baseline's kernel table on this shape (profiled once)."""
 
 
 class Service:

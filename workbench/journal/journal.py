@@ -6,20 +6,20 @@ import collections
 import os
 import threading
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from workbench.journal import lock
 from workbench.journal.chain import Scan, Torn, start_chain
 from workbench.journal.errors import JournalError
 from workbench.journal.events import EVENT_TYPES
+from workbench.journal.files import Closing, fsync_dir
 from workbench.journal.record import Anchor, Event, encode, line_hash, utc_now_ms
 
 RECENT_ANCHORS = 4096
 """How many recent positions anchor_at() remembers (a checkpoint is taken at or near the tail)."""
 
 
-class Journal:
+class Journal(Closing):
     """The one process that may append to a session's events.jsonl.
 
     Every append is written with a single write() and fsync'd before it returns, so an event that
@@ -94,7 +94,7 @@ class Journal:
                 raise JournalError(f"{path}: cannot open: {exc.strerror}") from None
             try:
                 if not existed:
-                    _fsync_dir(path.parent)
+                    fsync_dir(path.parent)
                 with os.fdopen(fd, "rb", closefd=False) as f:
                     chain, anchor_note = start_chain(f, path, anchor, verify=True)
                     verified_from = chain.seq + 1
@@ -196,17 +196,6 @@ class Journal:
             finally:
                 lock.release(self._lock_fd)
 
-    def __enter__(self) -> "Journal":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"seq {self.last_seq}"
         return f"<Journal {self.path} {state}>"
@@ -245,12 +234,3 @@ def _keep_torn(path: Path, fd: int, torn: Torn) -> str:
             os.close(out)
         return f"bytes kept in {target.name}"
     return "could not keep a copy: too many earlier copies"
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a new directory entry durable (a new file is not, until its folder is fsync'd)."""
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

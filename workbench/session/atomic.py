@@ -8,14 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
-def fsync_dir(folder: Path) -> None:
-    """Make renames and new entries in `folder` durable; a renamed file is not until its folder is synced."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from workbench.journal.files import fsync_dir
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -83,10 +76,16 @@ def write_toml_atomic(path: Path, data: dict) -> None:
     write_text_atomic(path, text)
 
 
-def drop_none(value: Any) -> Any:
-    """`value` with None-valued dict keys removed at every depth: what a TOML round trip gives back."""
+def drop_none(value: Any, *, in_lists: bool = False) -> Any:
+    """`value` with None-valued dict keys removed at every depth: what a TOML round trip gives back.
+
+    Args:
+        value: plain data (dicts, lists, scalars); dict keys become strings, as TOML has no other kind.
+        in_lists: also drop None items of lists. A derived state may lose them; a caller's own data keeps them, so
+            that writing it fails loudly instead of losing a position in a list.
+    """
     if isinstance(value, dict):
-        return {k: drop_none(v) for k, v in value.items() if v is not None}
+        return {str(k): drop_none(v, in_lists=in_lists) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
-        return [drop_none(v) for v in value]
+        return [drop_none(v, in_lists=in_lists) for v in value if v is not None or not in_lists]
     return value

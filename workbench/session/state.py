@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
+
+from workbench.journal import events as ev
+from workbench.session.atomic import drop_none
 
 
 def parse_ts(ts: str) -> datetime:
@@ -113,7 +116,8 @@ class SessionState:
     # -- checkpoint (de)serialisation --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A TOML-safe dict (no None values, string keys) for the session.toml checkpoint."""
-        return _drop_none(asdict(self) | {"attempts": {str(k): asdict(v) for k, v in self.attempts.items()}})
+        return drop_none(asdict(self) | {"attempts": {str(k): asdict(v) for k, v in self.attempts.items()}},
+                         in_lists=True)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SessionState":
@@ -126,14 +130,6 @@ class SessionState:
         return state
 
 
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value if v is not None]
-    return value
-
-
 def _better(candidate: Attempt, incumbent: Attempt | None) -> bool:
     if candidate.verdict != "ok" or candidate.speedup is None:
         return False
@@ -142,105 +138,12 @@ def _better(candidate: Attempt, incumbent: Attempt | None) -> bool:
     return candidate.speedup > incumbent.speedup
 
 
-def apply(state: SessionState, event: Mapping[str, Any]) -> SessionState:
-    """Apply one event (a journal record as a dict) to `state` in place and return it."""
-    kind, data, ts = event["type"], event.get("data") or {}, event["ts"]
-    state.last_seq, state.last_ts = event["seq"], ts
-    state.events += 1
-    if kind == "session.created":
-        for key in ("id", "task", "agent", "model", "device", "created"):
-            if key in data:
-                setattr(state, key, data[key])
-        state.budget = dict(data.get("budget", {}))
-        state.status = "created"
-        start = data.get("start")
-        if isinstance(start, Mapping):
-            state.start_file, state.start_source = str(start.get("file", "")), str(start.get("source", ""))
-    elif kind == "goal.set":
-        state.goal = dict(data)
-    elif kind == "run.started":
-        state.status, state.stop_reason = "running", ""
-        state.run_started_ts = ts
-        if "budget" in data:
-            state.budget = dict(data["budget"])
-        if "agent" in data:
-            state.agent = data["agent"]
-        if "model" in data:
-            state.model = data["model"]
-    elif kind in ("run.paused", "run.stopped"):
-        _close_interval(state, ts)
-        if kind == "run.paused":
-            state.status = "paused"
-        else:
-            state.status = "finished" if data.get("final") else "stopped"
-            state.stop_reason = data.get("reason", "")
-    elif kind == "run.resumed":
-        state.status = "running"
-        state.run_started_ts = ts
-    elif kind == "tool.call":
-        state.tool_calls += 1
-        state.in_flight[data["call_id"]] = {"tool": data["tool"], "args": data.get("args", {}), "seq": event["seq"]}
-    elif kind == "tool.result":
-        state.in_flight.pop(data["call_id"], None)
-    elif kind == "attempt.written":
-        n = data["attempt"]
-        state.attempts[n] = Attempt(
-            n=n,
-            parent=data.get("parent"),
-            sha256=data.get("sha256", ""),
-            author=data.get("author", "agent"),
-            note=data.get("note", ""),
-            params=dict(data.get("params") or {}),
-            source=data.get("source", ""),
-            written_seq=event["seq"],
-        )
-    elif kind == "eval.finished":
-        attempt = state.attempts.get(data["attempt"])
-        if attempt is not None:
-            result = data.get("result", {})
-            attempt.verdict = result.get("verdict")
-            attempt.message = result.get("message", "")
-            attempt.speedup = result.get("speedup")
-            attempt.timing_comparable = bool(result.get("timing_comparable"))
-            attempt.shapes = list(result.get("shapes", []))
-            times = [s["ms"] for s in attempt.shapes if s.get("ms") is not None]
-            attempt.ms = sum(times) if times else None
-            attempt.eval_seq = event["seq"]
-            if state.best == attempt.n and attempt.verdict != "ok":
-                state.best = None  # a re-evaluation can demote the best; recompute below
-            if state.best is None:
-                state.best = _recompute_best(state)
-            elif _better(attempt, state.best_attempt):
-                state.best = attempt.n
-    elif kind == "profile.finished":
-        state.profile = dict(data)
-    elif kind == "nudge.received":
-        state.nudges.append(
-            {
-                "id": data["id"],
-                "text": data["text"],
-                "persistent": bool(data.get("persistent")),
-                "seq": event["seq"],
-                "acked": False,
-                "active": True,
-            }
-        )
-    elif kind == "nudge.acked":
-        for nudge in state.nudges:
-            if nudge["id"] == data["id"]:
-                nudge["acked"] = True
-                nudge["active"] = nudge["persistent"] and not data.get("revoked", False)
-    elif kind == "ledger.updated":
-        state.ledger = list(data.get("ledger", []))
-    elif kind == "memory.compacted":
-        state.memory = dict(data)
-    elif kind == "llm.response":
-        state.tokens_in += int(data.get("input_tokens", 0))
-        state.tokens_out += int(data.get("output_tokens", 0))
-        state.cost_usd += float(data.get("cost_usd", 0.0))
-    elif kind == "error":
-        state.errors.append(data.get("message", ""))
-    return state
+def _recompute_best(state: SessionState) -> int | None:
+    best: Attempt | None = None
+    for attempt in state.attempts.values():
+        if _better(attempt, best):
+            best = attempt
+    return best.n if best else None
 
 
 def _close_interval(state: SessionState, ts: str) -> None:
@@ -249,12 +152,157 @@ def _close_interval(state: SessionState, ts: str) -> None:
     state.run_started_ts = ""
 
 
-def _recompute_best(state: SessionState) -> int | None:
-    best: Attempt | None = None
-    for attempt in state.attempts.values():
-        if _better(attempt, best):
-            best = attempt
-    return best.n if best else None
+# -- one handler per event type: (state, data, seq, ts) --------------------------------------------------------
+Handler = Callable[[SessionState, Any, int, str], None]
+
+HANDLERS: dict[str, Handler] = {}
+"""The fold, one small handler per event type (every type in workbench.journal.events.EVENT_TYPES)."""
+
+
+_on = ev.by_type(HANDLERS)
+
+
+@_on("session.created")
+def _session_created(state: SessionState, data: ev.SessionCreated, seq: int, ts: str) -> None:
+    for key in ("id", "task", "agent", "model", "device", "created"):
+        if key in data:
+            setattr(state, key, data[key])  # type: ignore[literal-required]
+    state.budget = dict(data.get("budget", {}))
+    state.status = "created"
+    start = data.get("start")
+    if isinstance(start, Mapping):
+        state.start_file, state.start_source = str(start.get("file", "")), str(start.get("source", ""))
+
+
+@_on("goal.set")
+def _goal_set(state: SessionState, data: ev.GoalSet, seq: int, ts: str) -> None:
+    state.goal = dict(data)
+
+
+@_on("run.started")
+def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) -> None:
+    state.status, state.stop_reason = "running", ""
+    state.run_started_ts = ts
+    if "budget" in data:
+        state.budget = dict(data["budget"])
+    if "agent" in data:
+        state.agent = data["agent"]
+    if "model" in data:
+        state.model = data["model"]
+
+
+@_on("run.paused")
+def _run_paused(state: SessionState, data: ev.RunPaused, seq: int, ts: str) -> None:
+    _close_interval(state, ts)
+    state.status = "paused"
+
+
+@_on("run.stopped")
+def _run_stopped(state: SessionState, data: ev.RunStopped, seq: int, ts: str) -> None:
+    _close_interval(state, ts)
+    state.status = "finished" if data.get("final") else "stopped"
+    state.stop_reason = data.get("reason", "")
+
+
+@_on("run.resumed")
+def _run_resumed(state: SessionState, data: ev.RunResumed, seq: int, ts: str) -> None:
+    state.status = "running"
+    state.run_started_ts = ts
+
+
+@_on("tool.call")
+def _tool_call(state: SessionState, data: ev.ToolCalled, seq: int, ts: str) -> None:
+    state.tool_calls += 1
+    state.in_flight[data["call_id"]] = {"tool": data["tool"], "args": data.get("args", {}), "seq": seq}
+
+
+@_on("tool.result")
+def _tool_result(state: SessionState, data: ev.ToolResult, seq: int, ts: str) -> None:
+    state.in_flight.pop(data["call_id"], None)
+
+
+@_on("attempt.written")
+def _attempt_written(state: SessionState, data: ev.AttemptWritten, seq: int, ts: str) -> None:
+    n = data["attempt"]
+    state.attempts[n] = Attempt(n=n, parent=data.get("parent"), sha256=data.get("sha256", ""),
+                                author=data.get("author", "agent"), note=data.get("note", ""),
+                                params=dict(data.get("params") or {}), source=data.get("source", ""), written_seq=seq)
+
+
+@_on("eval.finished")
+def _eval_finished(state: SessionState, data: ev.EvalFinished, seq: int, ts: str) -> None:
+    attempt = state.attempts.get(data["attempt"])
+    if attempt is None:
+        return
+    result = data.get("result", {})
+    attempt.verdict = result.get("verdict")
+    attempt.message = result.get("message", "")
+    attempt.speedup = result.get("speedup")
+    attempt.timing_comparable = bool(result.get("timing_comparable"))
+    attempt.shapes = list(result.get("shapes", []))
+    times = [s["ms"] for s in attempt.shapes if s.get("ms") is not None]
+    attempt.ms = sum(times) if times else None
+    attempt.eval_seq = seq
+    if state.best == attempt.n and attempt.verdict != "ok":
+        state.best = None  # a re-evaluation can demote the best; recompute below
+    if state.best is None:
+        state.best = _recompute_best(state)
+    elif _better(attempt, state.best_attempt):
+        state.best = attempt.n
+
+
+@_on("profile.finished")
+def _profile_finished(state: SessionState, data: ev.ProfileFinished, seq: int, ts: str) -> None:
+    state.profile = dict(data)
+
+
+@_on("nudge.received")
+def _nudge_received(state: SessionState, data: ev.NudgeReceived, seq: int, ts: str) -> None:
+    state.nudges.append({"id": data["id"], "text": data["text"], "persistent": bool(data.get("persistent")),
+                         "seq": seq, "acked": False, "active": True})
+
+
+@_on("nudge.acked")
+def _nudge_acked(state: SessionState, data: ev.NudgeAcked, seq: int, ts: str) -> None:
+    for nudge in state.nudges:
+        if nudge["id"] == data["id"]:
+            nudge["acked"] = True
+            nudge["active"] = nudge["persistent"] and not data.get("revoked", False)
+
+
+@_on("ledger.updated")
+def _ledger_updated(state: SessionState, data: ev.LedgerUpdated, seq: int, ts: str) -> None:
+    state.ledger = list(data.get("ledger", []))
+
+
+@_on("memory.compacted")
+def _memory_compacted(state: SessionState, data: ev.MemoryCompacted, seq: int, ts: str) -> None:
+    state.memory = dict(data)
+
+
+@_on("llm.response")
+def _llm_response(state: SessionState, data: ev.LlmResponse, seq: int, ts: str) -> None:
+    state.tokens_in += int(data.get("input_tokens", 0))
+    state.tokens_out += int(data.get("output_tokens", 0))
+    state.cost_usd += float(data.get("cost_usd", 0.0))
+
+
+@_on("error")
+def _error(state: SessionState, data: ev.ErrorRaised, seq: int, ts: str) -> None:
+    state.errors.append(data.get("message", ""))
+
+
+@_on("llm.request", "checkpoint.written")
+def _nothing(state: SessionState, data: Mapping[str, Any], seq: int, ts: str) -> None:
+    """Events that change no derived state (the memory fold and the UI read them)."""
+
+
+def apply(state: SessionState, event: Mapping[str, Any]) -> SessionState:
+    """Apply one event (a journal record as a dict) to `state` in place and return it."""
+    state.last_seq, state.last_ts = event["seq"], event["ts"]
+    state.events += 1
+    HANDLERS[event["type"]](state, event.get("data") or {}, event["seq"], event["ts"])
+    return state
 
 
 def fold(events: Iterable[Mapping[str, Any]], state: SessionState | None = None) -> SessionState:

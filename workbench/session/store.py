@@ -13,14 +13,15 @@ import threading
 import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Callable, Iterator, Mapping
 
 from workbench.journal import EVENTS_VERSION, Anchor, Event, Journal, JournalError, read_events
 from workbench.journal.chain import check_anchor
 from workbench.journal.record import utc_now_ms
 from workbench.session import summary
-from workbench.session.atomic import drop_none, fsync_dir, write_json_atomic, write_toml_atomic
+from workbench.journal.files import Closing, fsync_dir
+from workbench.session.atomic import drop_none, write_json_atomic, write_toml_atomic
+from workbench.session.revisions import unified
 
 SCHEMA_VERSION = 1
 """Version of the session.toml layout; bump it with a migration in MIGRATIONS."""
@@ -37,9 +38,6 @@ RESERVED = ("schema_version", "events_version", "id", "checkpoint_seq", "journal
 
 _IDENTITY = ("task", "agent", "model", "device", "created", "budget")
 """Fields written at creation, carried into a checkpoint that does not repeat them."""
-
-_KEEP_IN_ATTEMPT = ("kernel.py", "diff.patch")
-"""Attempt files written once, which a result may not overwrite."""
 
 
 class SessionError(Exception):
@@ -120,7 +118,7 @@ def _read_head(folder: Path) -> dict:
     return head if current else _read_meta(folder)[0]
 
 
-class SessionFiles:
+class SessionFiles(Closing):
     """One open session folder: its meta, its journal (writers only) and the files around them."""
 
     def __init__(self, session_id: str, folder: Path, journal: Journal | None, meta: dict) -> None:
@@ -363,17 +361,6 @@ class SessionFiles:
         if self.journal is not None:
             self.journal.close()
 
-    def __enter__(self) -> "SessionFiles":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         mode = "writer" if self.journal is not None else "reader"
         return f"<SessionFiles {self.id} {mode}>"
@@ -383,18 +370,7 @@ def _diff(old: str | None, new: str, parent: int | None, n: int) -> str:
     if old is None:
         return ""
     before = f"attempts/{parent:04d}/kernel.py" if parent is not None else "parent/kernel.py"
-    lines = difflib.unified_diff(
-        _diff_lines(old), _diff_lines(new), fromfile=before, tofile=f"attempts/{n:04d}/kernel.py"
-    )
-    return "".join(lines)
-
-
-def _diff_lines(text: str) -> list[str]:
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        # As diff(1) does, so the patch stays line-oriented and still applies.
-        lines[-1] += "\n\\ No newline at end of file\n"
-    return lines
+    return unified(old, new, before, f"attempts/{n:04d}/kernel.py")
 
 
 class SessionStore:
@@ -483,7 +459,7 @@ class SessionStore:
                 session.toml.
             JournalError: as a writer, the journal is locked (JournalLocked), corrupt or missing.
         """
-        folder = self.root / self._resolve(session_id)
+        folder = self.root / self.resolve(session_id)
         meta, migrated = _read_meta(folder)
         journal = None
         if writer:
@@ -510,7 +486,14 @@ class SessionStore:
         except FileNotFoundError:
             return []
 
-    def _resolve(self, session_id: str) -> str:
+    def resolve(self, session_id: str) -> str:
+        """The folder name of session `session_id`: an exact id, or a prefix naming exactly one.
+
+        Only folder names are read (not session.toml, whose checkpoint can be megabytes), so this is cheap.
+
+        Raises:
+            SessionError: not an id, unknown (near matches named), or an ambiguous prefix.
+        """
         if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):
             raise SessionError(f"{session_id!r} is not a session id")
         ids = self._ids()

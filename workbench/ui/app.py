@@ -7,7 +7,7 @@ import queue
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Iterable
 
 from textual import on, work
 from textual.app import App
@@ -15,10 +15,10 @@ from textual.binding import Binding
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from workbench.agent.commands import Command
-from workbench.agent.sink import RunSink
 from workbench.config import Settings
 from workbench.session.state import SessionState, apply
 from workbench.ui.bridge import UiBridge
+from workbench.ui.launch import Launch
 from workbench.ui.messages import JournalEvent, Notice, Question, RunFinished
 from workbench.ui.screens.error import ErrorScreen
 from workbench.ui.screens.help import HelpScreen
@@ -27,20 +27,7 @@ from workbench.ui.screens.question import QuestionScreen
 from workbench.ui.screens.sessions import SessionsScreen
 from workbench.ui.themes import ThemeSet, choose_theme, load_themes
 
-Inbox = Callable[[str, bool], object]
-"""Drops a nudge (text, persistent) into a session's inbox; used when this TUI only follows the journal."""
-
 _SEVERITIES = ("information", "warning", "error")
-
-
-class AgentRunner(Protocol):
-    """What the app needs from the runtime (workbench.agent.runtime.AgentRuntime satisfies it)."""
-
-    state: SessionState
-
-    def run(self, stop: threading.Event, commands: "queue.Queue[Command]", sink: RunSink) -> str:
-        """Run until a budget, a finish, an error or `stop`; return the stop reason."""
-        ...
 
 
 class WorkbenchApp(App[str]):
@@ -71,31 +58,19 @@ class WorkbenchApp(App[str]):
         settings: Settings,
         state: SessionState,
         themes: ThemeSet,
+        launch: Launch,
         *,
         theme_dirs: Iterable[Path] = (),
-        runtime: AgentRunner | None = None,
-        follow_path: Path | None = None,
-        inbox: Inbox | None = None,
-        review_root: Path | None = None,
-        review_id: str | None = None,
     ) -> None:
         # App.__init__ creates the first screen stack from DEFAULT_MODE, so the starting mode is set before it.
-        self.DEFAULT_MODE = "review" if review_root is not None else "live"  # type: ignore[misc]
+        self.DEFAULT_MODE = "review" if launch.mode == "review" else "live"  # type: ignore[misc]
         super().__init__()
         self.settings = settings
         """User preferences (theme, keymap, watchers, log size, clock)."""
         self.state = state
         """The UI's own SessionState, advanced by applying every JournalEvent; never shared with the runtime."""
-        self.runtime = runtime
-        """The agent this TUI drives, or None when it follows another process or only shows a session."""
-        self.follow_path = follow_path
-        """The events.jsonl followed read-only in attach mode."""
-        self.inbox = inbox
-        """Where nudges go in attach mode."""
-        self.review_root = review_root
-        """The sessions folder browsed in review mode (None: this TUI shows one live or attached session)."""
-        self.review_id = review_id
-        """The session review opens first (None: start at the session list)."""
+        self.launch = launch
+        """What this TUI does: drive a run, follow a journal, review sessions, or show one."""
         self.theme_dirs = [d for d in theme_dirs if d is not None]
         """Directories the themes came from; watched when settings.watch_themes is on."""
         self.commands: queue.Queue[Command] = queue.Queue()
@@ -114,7 +89,7 @@ class WorkbenchApp(App[str]):
             self.profiles[self.profiled] = state.profile
         self.stopping = False
         """q was pressed and the agent has been told to stop; the app exits when its thread returns."""
-        self.run_over = runtime is None and follow_path is None
+        self.run_over = launch.runtime is None and launch.follow_path is None
         """The agent thread (or follower) has returned; nothing more will arrive."""
         self.finish_reason: str | None = None
         """The runtime's stop reason once run_over."""
@@ -136,22 +111,18 @@ class WorkbenchApp(App[str]):
     @property
     def mode(self) -> str:
         """'live' (this TUI runs the agent), 'attached' (it follows a journal), 'review' or 'view' (neither)."""
-        if self.runtime is not None:
-            return "live"
-        if self.review_root is not None:
-            return "review"
-        return "attached" if self.follow_path is not None else "view"
+        return self.launch.mode
 
     @property
     def can_command(self) -> bool:
         """Pause, resume and profile reach only an agent this TUI runs, while it runs."""
-        return self.runtime is not None and not self.run_over and not self.stopping
+        return self.launch.runtime is not None and not self.run_over and not self.stopping
 
     @property
     def can_nudge(self) -> bool:
         """Nudges reach a running agent through the queue, or a followed one through its inbox."""
         if self.mode == "attached":
-            return self.inbox is not None and not self.run_over
+            return self.launch.inbox is not None and not self.run_over
         return self.can_command
 
     @property
@@ -193,10 +164,10 @@ class WorkbenchApp(App[str]):
             self._startup_notes.append(f"keymap: unknown binding id {', '.join(map(repr, unknown))}")
         for note in self._startup_notes:
             self.notify(note, severity="warning", timeout=8)
-        if self.runtime is not None:
+        if self.launch.runtime is not None:
             self._agent_worker = self.run_agent()
-        elif self.follow_path is not None:
-            self.follow_journal(self.follow_path, self.state.last_seq + 1)
+        elif self.launch.follow_path is not None:
+            self.follow_journal(self.launch.follow_path, self.state.last_seq + 1)
         if self.settings.watch_themes and self.theme_dirs:
             self.watch_theme_files()
 
@@ -205,10 +176,11 @@ class WorkbenchApp(App[str]):
         """Run the agent until it finishes or the worker is cancelled (which sets `stop`)."""
         self._agent_started.set()
         stop = get_current_worker().cancelled_event
-        assert self.runtime is not None
+        runtime = self.launch.runtime
+        assert runtime is not None
         reason, error = "error", ""
         try:
-            reason = self.runtime.run(stop=stop, commands=self.commands, sink=UiBridge(self.post_message))
+            reason = runtime.run(stop=stop, commands=self.commands, sink=UiBridge(self.post_message))
             return reason
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -338,10 +310,21 @@ class WorkbenchApp(App[str]):
                          binding.id, binding.tooltip))
         self.push_screen(HelpScreen(rows))
 
+    def on_live_screen_nudge_sent(self, message: LiveScreen.NudgeSent) -> None:
+        self.send_nudge(message.text, message.persistent)
+
+    def on_live_screen_pause_toggled(self, message: LiveScreen.PauseToggled) -> None:
+        self.toggle_pause()
+        if isinstance(self.screen, LiveScreen):
+            self.screen.refresh_status()
+
+    def on_live_screen_profile_requested(self, message: LiveScreen.ProfileRequested) -> None:
+        self.request_profile()
+
     def send_nudge(self, text: str, persistent: bool) -> None:
         """Queue a nudge for the runtime, or drop it in the followed session's inbox."""
-        if self.mode == "attached" and self.inbox is not None:
-            inbox = self.inbox
+        inbox = self.launch.inbox
+        if self.mode == "attached" and inbox is not None:
             self.run_worker(lambda: inbox(text, persistent), thread=True, group="inbox",
                             description="nudge to inbox", exit_on_error=False)
             self.notify("Nudge written to the session inbox.")

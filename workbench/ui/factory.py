@@ -7,7 +7,8 @@ from pathlib import Path
 
 from workbench.config import Settings
 from workbench.session.state import SessionState
-from workbench.ui.app import AgentRunner, Inbox, WorkbenchApp
+from workbench.ui.app import WorkbenchApp
+from workbench.ui.launch import AgentRunner, Inbox, Launch
 from workbench.ui.themes import SHIPPED_THEMES_DIR, load_themes
 
 
@@ -41,25 +42,8 @@ def make_app(
             follows it), an inbox without follow_path, review together with a runtime or a followed journal, or a
             review_id without review_root.
     """
-    if runtime is not None and follow_path is not None:
-        raise ValueError("make_app: pass runtime (run the agent) or follow_path (attach), not both")
-    if inbox is not None and follow_path is None:
-        raise ValueError("make_app: inbox is for attach mode; a running agent takes nudges from the command queue")
-    if review_root is not None and (runtime is not None or follow_path is not None):
-        raise ValueError("make_app: review browses finished sessions; it takes no runtime or follow_path")
-    if review_id is not None and review_root is None:
-        raise ValueError("make_app: review_id needs review_root (the sessions folder it lives in)")
+    launch = Launch(runtime, follow_path, inbox, review_root, review_id)
     theme_dirs = [SHIPPED_THEMES_DIR] + ([settings.themes_dir] if settings.themes_dir is not None else [])
     # Theme files are read here, before the event loop starts, so the first frame has the right colours.
     themes = load_themes(theme_dirs)
-    return WorkbenchApp(
-        settings,
-        copy.deepcopy(state),
-        themes,
-        theme_dirs=theme_dirs,
-        runtime=runtime,
-        follow_path=follow_path,
-        inbox=inbox,
-        review_root=review_root,
-        review_id=review_id,
-    )
+    return WorkbenchApp(settings, copy.deepcopy(state), themes, launch, theme_dirs=theme_dirs)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import textwrap
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from workbench.journal import events as ev
 from workbench.journal.events import EVENT_TYPES
 from workbench.session.state import parse_ts
 
@@ -103,17 +104,14 @@ def baseline(value: Any) -> str:
     return DASH if value in (None, "") else str(value)
 
 
+BUDGET_PARTS = (("max_iterations", "{} attempts"), ("max_tool_calls", "{} tool calls"), ("max_hours", "{:g} h"),
+                ("max_cost", "${:g}"))
+"""The limits a budget line shows, in order, and how each reads."""
+
+
 def budget(value: Mapping[str, Any]) -> str:
     """A run budget as '20 attempts · 200 tool calls · 1 h · $5'; 'unlimited' when nothing is set."""
-    parts = []
-    if value.get("max_iterations") is not None:
-        parts.append(f"{value['max_iterations']} attempts")
-    if value.get("max_tool_calls") is not None:
-        parts.append(f"{value['max_tool_calls']} tool calls")
-    if value.get("max_hours") is not None:
-        parts.append(f"{value['max_hours']:g} h")
-    if value.get("max_cost") is not None:
-        parts.append(f"${value['max_cost']:g}")
+    parts = [form.format(value[key]) for key, form in BUDGET_PARTS if value.get(key) is not None]
     return " · ".join(parts) if parts else "unlimited"
 
 
@@ -184,69 +182,137 @@ def _result_line(n: Any, result: Mapping[str, Any]) -> str:
     return line
 
 
+Summary = Callable[[Any], str]
+
+SUMMARIES: dict[str, Summary] = {}
+"""One line per event type, from its typed data (workbench.journal.events); older journals may lack keys."""
+
+
+_says = ev.by_type(SUMMARIES)
+
+
+@_says("session.created")
+def _session_created(data: ev.SessionCreated) -> str:
+    model = f" ({data['model']})" if data.get("model") else ""
+    return f"session {data.get('id', '?')} · {data.get('task', '?')} · {data.get('agent', '?')}{model} · " \
+           f"{data.get('device', '?')}"
+
+
+@_says("goal.set")
+def _goal_set(data: ev.GoalSet) -> str:
+    shapes = data.get("shapes") or []
+    return f"{data.get('task', '?')}: {len(shapes)} shapes · {tolerance(data.get('tolerance'))} · " \
+           f"vs {baseline(data.get('baseline'))}"
+
+
+@_says("run.started")
+def _run_started(data: ev.RunStarted) -> str:
+    how = "resumed" if data.get("resumed") else "started"
+    return f"run {how} · {data.get('agent', '?')} · budget {budget(data.get('budget') or {})}"
+
+
+@_says("run.stopped")
+def _run_stopped(data: ev.RunStopped) -> str:
+    return f"{'finished' if data.get('final') else 'stopped'}: {data.get('reason', '')}"
+
+
+@_says("tool.call")
+def _tool_call(data: ev.ToolCalled) -> str:
+    return f"{data.get('call_id', '')} {data.get('tool', '?')} {_args(data.get('args') or {})}".rstrip()
+
+
+@_says("tool.result")
+def _tool_result(data: ev.ToolResult) -> str:
+    # A tool's summary is its one-line rendering (workbench.agent.tools.base.ToolOutcome).
+    head = f"{data.get('call_id', '')} {data.get('tool', '?')}"
+    if data.get("aborted"):
+        return f"{head} ABORTED: {data.get('error', '')}"
+    if not data.get("ok"):
+        return f"{head} FAILED: {data.get('error', '')}"
+    return f"{head} ok: {data.get('summary', '')}"
+
+
+@_says("attempt.written")
+def _attempt_written(data: ev.AttemptWritten) -> str:
+    parent = f" ← {data['parent']}" if data.get("parent") is not None else ""
+    params = f" [{compact(data['params'], 80)}]" if data.get("params") else ""
+    note = f": {data['note']}" if data.get("note") else ""
+    return f"attempt {data.get('attempt', '?')}{parent} by {data.get('author', 'agent')}{note}{params}"
+
+
+@_says("eval.finished")
+def _eval_finished(data: ev.EvalFinished) -> str:
+    return _result_line(data.get("attempt", "?"), data.get("result") or {})
+
+
+@_says("profile.finished")
+def _profile_finished(data: ev.ProfileFinished) -> str:
+    target = f"attempt {data['attempt']}: " if data.get("attempt") is not None else ""
+    return target + (data.get("summary") or compact({k: v for k, v in data.items() if k != "attempt"}, 160))
+
+
+@_says("nudge.received")
+def _nudge_received(data: ev.NudgeReceived) -> str:
+    sticky = " (persistent)" if data.get("persistent") else ""
+    return f"{data.get('id', '?')}{sticky}: {data.get('text', '')}"
+
+
+@_says("nudge.acked")
+def _nudge_acked(data: ev.NudgeAcked) -> str:
+    revoked = " revoked" if data.get("revoked") else ""
+    note = f": {data['note']}" if data.get("note") else ""
+    return f"{data.get('id', '?')} acknowledged{revoked}{note}"
+
+
+@_says("ledger.updated")
+def _ledger_updated(data: ev.LedgerUpdated) -> str:
+    ledger = data.get("ledger") or []
+    if not ledger:
+        return "ledger emptied"
+    status, text = ledger_entry(ledger[-1])
+    return f"{len(ledger)} strategies · latest: {f'[{status}] ' if status else ''}{text}"
+
+
+@_says("llm.response")
+def _llm_response(data: ev.LlmResponse) -> str:
+    cost = f" · ${data['cost_usd']:.4f}" if isinstance(data.get("cost_usd"), (int, float)) else ""
+    return f"{data.get('input_tokens', 0)} in / {data.get('output_tokens', 0)} out tokens{cost}"
+
+
+@_says("run.paused")
+def _run_paused(data: ev.RunPaused) -> str:
+    return "paused"
+
+
+@_says("run.resumed")
+def _run_resumed(data: ev.RunResumed) -> str:
+    return "resumed"
+
+
+@_says("llm.request")
+def _llm_request(data: ev.LlmRequest) -> str:
+    return compact(data, 160) if data else "request"
+
+
+@_says("memory.compacted")
+def _memory_compacted(data: ev.MemoryCompacted) -> str:
+    return shorten(memory_summary(data), 200)
+
+
+@_says("checkpoint.written")
+def _checkpoint_written(data: ev.CheckpointWritten) -> str:
+    return f"checkpoint at seq {data.get('seq', '?')}"
+
+
+@_says("error")
+def _error(data: ev.ErrorRaised) -> str:
+    return str(data.get("message", ""))
+
+
 def event_summary(kind: str, data: Mapping[str, Any]) -> str:
     """What one event says, in one line (without time, seq and type)."""
-    if kind == "session.created":
-        model = f" ({data['model']})" if data.get("model") else ""
-        return f"session {data.get('id', '?')} · {data.get('task', '?')} · {data.get('agent', '?')}{model} · " \
-               f"{data.get('device', '?')}"
-    if kind == "goal.set":
-        shapes = data.get("shapes") or []
-        return f"{data.get('task', '?')}: {len(shapes)} shapes · {tolerance(data.get('tolerance'))} · " \
-               f"vs {baseline(data.get('baseline'))}"
-    if kind == "run.started":
-        how = "resumed" if data.get("resumed") else "started"
-        return f"run {how} · {data.get('agent', '?')} · budget {budget(data.get('budget') or {})}"
-    if kind == "run.paused":
-        return "paused"
-    if kind == "run.resumed":
-        return "resumed"
-    if kind == "run.stopped":
-        return f"{'finished' if data.get('final') else 'stopped'}: {data.get('reason', '')}"
-    if kind == "tool.call":
-        return f"{data.get('call_id', '')} {data.get('tool', '?')} {_args(data.get('args') or {})}".rstrip()
-    if kind == "tool.result":
-        head = f"{data.get('call_id', '')} {data.get('tool', '?')}"
-        if data.get("aborted"):
-            return f"{head} ABORTED: {data.get('error', '')}"
-        if not data.get("ok"):
-            return f"{head} FAILED: {data.get('error', '')}"
-        return f"{head} ok: {data.get('summary', '')}"
-    if kind == "attempt.written":
-        parent = f" ← {data['parent']}" if data.get("parent") is not None else ""
-        params = f" [{compact(data['params'], 80)}]" if data.get("params") else ""
-        note = f": {data['note']}" if data.get("note") else ""
-        return f"attempt {data.get('attempt', '?')}{parent} by {data.get('author', 'agent')}{note}{params}"
-    if kind == "eval.finished":
-        return _result_line(data.get("attempt", "?"), data.get("result") or {})
-    if kind == "profile.finished":
-        target = f"attempt {data['attempt']}: " if data.get("attempt") is not None else ""
-        return target + (data.get("summary") or compact({k: v for k, v in data.items() if k != "attempt"}, 160))
-    if kind == "nudge.received":
-        sticky = " (persistent)" if data.get("persistent") else ""
-        return f"{data.get('id', '?')}{sticky}: {data.get('text', '')}"
-    if kind == "nudge.acked":
-        revoked = " revoked" if data.get("revoked") else ""
-        note = f": {data['note']}" if data.get("note") else ""
-        return f"{data.get('id', '?')} acknowledged{revoked}{note}"
-    if kind == "ledger.updated":
-        ledger = data.get("ledger") or []
-        if not ledger:
-            return "ledger emptied"
-        status, text = ledger_entry(ledger[-1])
-        return f"{len(ledger)} strategies · latest: {f'[{status}] ' if status else ''}{text}"
-    if kind == "memory.compacted":
-        return shorten(memory_summary(data), 200)
-    if kind == "checkpoint.written":
-        return f"checkpoint at seq {data.get('seq', '?')}"
-    if kind == "llm.request":
-        return compact(data, 160) if data else "request"
-    if kind == "llm.response":
-        cost = f" · ${data['cost_usd']:.4f}" if isinstance(data.get("cost_usd"), (int, float)) else ""
-        return f"{data.get('input_tokens', 0)} in / {data.get('output_tokens', 0)} out tokens{cost}"
-    if kind == "error":
-        return str(data.get("message", ""))
-    return compact(data, 200)
+    summary = SUMMARIES.get(kind)
+    return summary(data) if summary is not None else compact(data, 200)
 
 
 def event_line(event: Mapping[str, Any]) -> str:

@@ -15,7 +15,6 @@ TODO(core): a `types=` filter on journal.read_events would let this module drop 
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,28 +125,18 @@ class SessionHistory:
 def resolve_session_dir(root: Path, session_id: str) -> Path:
     """The folder of session `session_id` under `root`: an exact id, or a prefix naming exactly one.
 
-    Only folder names are read (not session.toml, whose checkpoint can be megabytes), so this is cheap.
-
     Raises:
-        HistoryError: not an id, unknown (near matches named), or an ambiguous prefix.
+        HistoryError: no sessions folder, not an id, unknown (near matches named), or an ambiguous prefix.
     """
+    from workbench.session import SessionError, SessionStore
+
     root = Path(root)
-    if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):
-        raise HistoryError(f"{session_id!r} is not a session id")
+    if not root.is_dir():
+        raise HistoryError(f"no sessions folder at {root}")
     try:
-        ids = sorted((p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), reverse=True)
-    except FileNotFoundError:
-        raise HistoryError(f"no sessions folder at {root}") from None
-    if session_id in ids:
-        return root / session_id
-    prefixed = [i for i in ids if i.startswith(session_id)]
-    if len(prefixed) == 1:
-        return root / prefixed[0]
-    if prefixed:
-        raise HistoryError(f"session id {session_id!r} is ambiguous in {root}: {', '.join(prefixed[:5])}")
-    near = difflib.get_close_matches(session_id, ids, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(near)}?" if near else ("; no sessions there yet" if not ids else "")
-    raise HistoryError(f"no session {session_id!r} in {root}{hint}")
+        return root / SessionStore(root).resolve(session_id)
+    except SessionError as exc:
+        raise HistoryError(str(exc)) from None
 
 
 def _type_of(raw: bytes) -> str | None:

@@ -17,11 +17,8 @@ class JournalEvent(Message):
     """One event, already appended to the journal; the App folds it into its SessionState."""
 
     event: "Event"
-    """The journal record (anything with seq, type and to_dict())."""
-
-    def can_replace(self, message: Message) -> bool:
-        """Never: every event must reach the state and the log, so none may collapse into a newer one."""
-        return False
+    """The journal record (anything with seq, type and to_dict()). Never collapsed into a newer one (Message's
+    default): every event must reach the state and the log."""
 
 
 @dataclass

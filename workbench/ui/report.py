@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 from workbench.session.atomic import write_text_atomic
 from workbench.session.state import Attempt, SessionState
 from workbench.ui import formatting as fmt
-from workbench.ui.diffs import counts, unified
+from workbench.session.revisions import counts, unified
 from workbench.ui.history import SessionHistory
 
 REPORT_NAME = "report.md"

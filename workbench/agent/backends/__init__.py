@@ -1,5 +1,4 @@
-"""Agent backends: strategies that choose the next tool call; the runtime loop is shared by all of them."""
+"""Agent backends: strategies that choose the next tool call; the runtime loop is shared by all of them.
 
-from workbench.agent.backends.base import Backend, Finish, ToolCall
-
-__all__ = ["Backend", "Finish", "ToolCall"]
+Found by name through backends.registry; base declares the Backend protocol and the context a backend runs in.
+"""

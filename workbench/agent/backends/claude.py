@@ -1,15 +1,9 @@
-"""The Claude backend: the Messages API with tool use, streamed, retried, cached and journaled turn by turn.
+"""The claude backend: the conversation step over the Anthropic Messages API (tool use, streamed, prompt-cached).
 
-The backend holds no conversation of its own. Its context is runtime.memory, a fold of the journal: each
-llm.request journals only the user message it adds (tool results, new nudges, the state block), each
-llm.response the assistant message, so a resume rebuilds the exact context from the journal and
-`workbench show --prompt-at SEQ` can print it. The `anthropic` SDK is imported inside functions only: core
-modules must import without it (the GPU box has none).
-
-Retries are ours, not the SDK's (the client runs with max_retries=0), so each failed try is journaled as an
-llm.response with ok: false, its error and the wait chosen; a retry-after header is honoured, otherwise the
-wait backs off exponentially with jitter. The wait is cooperative: a stop ends it at once and the journaled
-request is simply sent again on resume.
+AnthropicTransport is everything vendor-specific: the request body with its cache breakpoints, the SSE stream
+assembled into neutral blocks, error classification and retry-after, prices, and the credential and access
+checks. The `anthropic` SDK is imported inside functions only: core modules must import without it (the GPU box
+has none). The client runs with max_retries=0: retries are the conversation step's, so each one is journaled.
 """
 
 from __future__ import annotations
@@ -17,35 +11,24 @@ from __future__ import annotations
 import email.utils
 import json
 import os
-import random
-import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.agent.backends.base import Finish, ToolCall
-from workbench.agent.context import request_body, sha256, tool_definitions
-from workbench.agent.memory import estimate_tokens
-from workbench.agent.prompts import (
-    PROMPTS_VERSION,
-    SILENT_TEXT,
-    intro_text,
-    nudge_message,
-    render_tool_result,
-    revoke_message,
-    state_block,
-    system_prompt,
-)
-from workbench.session.state import SessionState
-from workbench.tasks import Task
+from workbench.agent.backends.conversation import ConversationBackend, RetryPolicy
+from workbench.agent.backends.registry import BackendOptions, BackendSpec
+from workbench.agent.backends.transport import BackendError, Reply, TransportError, Usage
+
+if TYPE_CHECKING:
+    from workbench.agent.context import Prompt
 
 DEFAULT_MODEL = "claude-opus-4-6"
 """Used when neither --model nor WORKBENCH_MODEL names one."""
 
-DEFAULT_CONTEXT_TOKENS = 120_000
-"""Compaction budget for Claude: well inside a 200k-token window, leaving room for long tool results."""
+CREDENTIALS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+"""The environment variables the SDK reads a credential from, in its order."""
 
-MAX_SILENT_TURNS = 3
-"""Replies in a row without a tool call after which the run finishes instead of paying for more."""
+CACHE = {"type": "ephemeral"}
+"""Prompt-cache breakpoint: the API caches the prefix up to and including the block that carries it."""
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 RETRYABLE_TYPES = frozenset({"overloaded_error", "rate_limit_error", "api_error", "timeout_error"})
@@ -69,14 +52,6 @@ CACHE_WRITE, CACHE_READ = 1.25, 0.1
 """Prompt-cache writes and reads, as multiples of the input price."""
 
 
-class BackendError(Exception):
-    """The model API cannot be used (rejected key, unknown model, retries exhausted); one line for the person."""
-
-
-class IncompleteStream(Exception):
-    """The stream ended without message_stop (a proxy or the network dropped it): retried."""
-
-
 def price(model: str) -> tuple[float, float, bool]:
     """(input, output) USD per million tokens for `model`, and whether the model is in the table."""
     hits = [key for key in PRICES if key in model]
@@ -85,7 +60,7 @@ def price(model: str) -> tuple[float, float, bool]:
     return (*PRICES[max(hits, key=len)], True)
 
 
-def cost_usd(model: str, usage: dict[str, int]) -> float:
+def cost_usd(model: str, usage: Usage) -> float:
     """What one response cost: uncached input, cache writes and reads, and output."""
     p_in, p_out, _ = price(model)
     total = (usage.get("input_tokens", 0) * p_in
@@ -95,44 +70,9 @@ def cost_usd(model: str, usage: dict[str, int]) -> float:
     return round(total / 1e6, 8)
 
 
-def have_credentials() -> bool:
-    """Whether the environment carries a key or token the SDK will use."""
-    return bool(os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN"))
-
-
-def make_client(timeout: float = 600.0) -> Any:
-    """An Anthropic client from the SDK's own environment (key, token, base URL), with retries left to us."""
-    import anthropic
-
-    return anthropic.Anthropic(max_retries=0, timeout=timeout)
-
-
-def check_access(model: str, client: Any = None) -> str | None:
-    """Ask the API about `model` before a run starts, so a bad key or model fails in one line, not mid-run.
-
-    Returns:
-        None when the key and model are accepted, else a warning to print when the check itself could not be
-        done (network, server error): the run may still work, so it is not refused for that.
-
-    Raises:
-        BackendError: the key is rejected (401/403) or the model is unknown (404).
-    """
-    import anthropic
-
-    client = client or make_client(timeout=30.0)
-    try:
-        client.models.retrieve(model)
-    except anthropic.AuthenticationError as exc:
-        raise BackendError(f"the API rejected the key (401 {_error_type(exc) or 'authentication_error'}): "
-                           "check ANTHROPIC_API_KEY") from None
-    except anthropic.PermissionDeniedError:
-        raise BackendError("the API refused this key access (403 permission_error): check its workspace and "
-                           "permissions") from None
-    except anthropic.NotFoundError:
-        raise BackendError(f"the API does not know model {model!r} (404): pick another with --model") from None
-    except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
-        return f"could not check the key and model before starting ({_short(exc)}); starting anyway"
-    return None
+def credentials() -> str | None:
+    """The variable that holds the credential the SDK will use, or None (the one place this is read)."""
+    return next((name for name in CREDENTIALS if os.environ.get(name)), None)
 
 
 def _error_type(exc: Any) -> str:
@@ -179,7 +119,7 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
+def _network_errors() -> tuple[type[BaseException], ...]:
     """Network errors the SDK lets through while a stream is read (its HTTP library's own classes)."""
     found: list[type[BaseException]] = []
     for name in ("httpx2", "httpx"):
@@ -193,218 +133,109 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-class ClaudeBackend:
-    """An LLM strategy: each step runs the next tool call of the latest reply, or asks the model for a reply."""
+class IncompleteStream(Exception):
+    """The stream ended without message_stop (a proxy or the network dropped it): retried."""
 
-    name = "claude"
-    memory_kind = "messages"
-    context_tokens = DEFAULT_CONTEXT_TOKENS
 
-    def __init__(
-        self,
-        model: str | None,
-        *,
-        seed_source: str = "",
-        client: Any = None,
-        max_tokens: int = 8192,
-        max_retries: int = 8,
-        backoff_base: float = 1.0,
-        backoff_max: float = 60.0,
-        max_wait: float = 900.0,
-    ) -> None:
-        self.model = model or os.environ.get("WORKBENCH_MODEL") or DEFAULT_MODEL
-        self.seed_source = seed_source
-        """The kernel the session starts from (read_kernel shows it before any attempt exists)."""
-        self.max_tokens = max_tokens
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.max_wait = max_wait
-        """Longest wait honoured from a retry-after header."""
+def classify(exc: BaseException) -> TransportError | None:
+    """An SDK or network exception as a TransportError; None for anything that is not a failed request."""
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        if status in RETRYABLE_STATUS or (status == 200 and _error_type(exc) in RETRYABLE_TYPES):
+            # An error event inside a 200 stream: the status says nothing, the error type does.
+            return TransportError(_short(exc), "retryable", status=status, retry_after=_retry_after(exc))
+        if status == 400 and "prompt is too long" in _short(exc):
+            return TransportError(_short(exc), "context_length", status=status)
+        if status == 401:
+            return TransportError("the API rejected the key (401): check ANTHROPIC_API_KEY", "fatal", status=401)
+        if status == 403:
+            return TransportError("the API refused this key access (403): check its workspace and permissions",
+                                  "fatal", status=403)
+        return TransportError(f"model API error: {_short(exc)}", "fatal", status=status)
+    if isinstance(exc, (anthropic.APIConnectionError, IncompleteStream, *_network_errors())):
+        return TransportError(_short(exc), "retryable", status=0, retry_after=_retry_after(exc))
+    return None
+
+
+class AnthropicTransport:
+    """The Messages API through the `anthropic` SDK, from its own environment (key or token, base URL)."""
+
+    name = "anthropic"
+    credential_hint = "ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) set"
+
+    def __init__(self, client: Any = None, *, timeout: float = 600.0) -> None:
         self._client = client
-        self._rt: Any = None
-        self._overhead: tuple[str, int] | None = None
-
-    # -- runtime hooks -------------------------------------------------------------------------
-    def bind(self, runtime: Any) -> None:
-        """Called by the runtime when a run starts: emit, memory, wait and budget come from it."""
-        self._rt = runtime
-
-    def context_overhead(self, state: SessionState) -> int:
-        """Estimated tokens of the pinned prefix (system prompt and tool definitions)."""
-        system = system_prompt(state.goal)
-        if self._overhead is None or self._overhead[0] != system:
-            tools = json.dumps(tool_definitions())
-            self._overhead = (system, estimate_tokens(system) + estimate_tokens(tools))
-        return self._overhead[1]
-
-    def acknowledge(self, nudge: dict[str, Any], state: SessionState, task: Task) -> str:
-        """Nudges reach the model with its next request; persistent ones ride in every state block after that."""
-        scope = "; repeated in every turn until revoked" if nudge.get("persistent") else ""
-        return f"claude: queued for the model's next turn{scope}"
-
-    # -- the step ------------------------------------------------------------------------------
-    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | None:
-        """The next tool call of the latest reply; when all have run, a new request (journaled) and its reply."""
-        memory = self._rt.memory
-        for _ in range(MAX_SILENT_TURNS + 1):
-            if not memory.pending:
-                action = self._next_call(memory)
-                if action is not None:
-                    return action
-                finished = self._finished(memory)
-                if finished is not None:
-                    return finished
-                if memory.silent >= MAX_SILENT_TURNS:
-                    return Finish(f"the model replied {memory.silent} times in a row without calling a tool")
-                self._request(state, memory)
-            if not self._exchange(state, memory):
-                return None
-        return None
-
-    def _next_call(self, memory: Any) -> ToolCall | None:
-        for block in memory.tool_uses():
-            if block["id"] in memory.calls:
-                continue
-            error = None
-            if "malformed" in block:
-                error = f"your arguments for {block['name']} were not valid JSON ({block['malformed']}); call it again"
-            return ToolCall(block["name"], dict(block.get("input") or {}), ref=block["id"], error=error)
-        return None
-
-    def _finished(self, memory: Any) -> Finish | None:
-        """Finish when the model's finish call succeeded in this run (a person who resumes after it gets a turn)."""
-        for block in memory.tool_uses():
-            if block["name"] != "finish":
-                continue
-            call = memory.calls.get(block["id"])
-            result = call and call["result"]
-            if result and result.get("ok") and call["result_seq"] > memory.run_started_seq:
-                return Finish(f"the model finished: {block['input'].get('reason', '')}".strip())
-        return None
-
-    def _delta(self, state: SessionState, memory: Any) -> list[dict[str, Any]]:
-        """The user message this request adds: tool results, the person's new words, the state block."""
-        blocks: list[dict[str, Any]] = []
-        if memory.response is None:
-            blocks.append({"type": "text", "text": intro_text()})
-        for block in memory.tool_uses():
-            call = memory.calls.get(block["id"])
-            content, is_error = render_tool_result(call["call"] if call else {"tool": block["name"]},
-                                                   call["result"] if call else None, state)
-            result = {"type": "tool_result", "tool_use_id": block["id"], "content": content}
-            if is_error:
-                result["is_error"] = True
-            blocks.append(result)
-        if memory.response is not None and not memory.tool_uses():
-            blocks.append({"type": "text", "text": SILENT_TEXT})
-        for nudge in state.nudges:
-            if nudge["seq"] > memory.last_request_seq:
-                blocks.append({"type": "text", "text": nudge_message(nudge)})
-        by_id = {n["id"]: n for n in state.nudges}
-        for seq, nudge_id in memory.revoked:
-            if seq > memory.last_request_seq and nudge_id in by_id:
-                blocks.append({"type": "text", "text": revoke_message(by_id[nudge_id])})
-        blocks.append({"type": "text", "text": state_block(state)})
-        return [{"role": "user", "content": blocks}]
-
-    def _request(self, state: SessionState, memory: Any) -> None:
-        """Journal the next request (compacting first when the context would pass its budget)."""
-        delta = self._delta(state, memory)
-        delta_tokens = sum(estimate_tokens(m["content"], memory.source_chars) for m in delta)
-        # A compaction never touches the delta: it replaces older turns, and the delta is built from state.
-        self._rt.maybe_compact(extra_tokens=delta_tokens)
-        system = system_prompt(state.goal)
-        limit = self._rt.budget.context_tokens or self.context_tokens
-        self._rt.emit("llm.request", {
-            "turn": memory.turn + 1,
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "prompt_version": PROMPTS_VERSION,
-            "system_sha256": sha256(system),
-            "delta": delta,
-            "context_tokens": self.context_overhead(state) + memory.tokens() + delta_tokens,
-            "budget_tokens": limit,
-        })
-
-    # -- one exchange with the API ---------------------------------------------------------------
-    def _exchange(self, state: SessionState, memory: Any) -> bool:
-        """Send the journaled request until a reply is journaled; False when a stop cut a retry wait short."""
-        body = request_body(memory, state, model=self.model, max_tokens=self.max_tokens)
-        retryable = self._retryable_errors()
-        import anthropic
-
-        for attempt in range(1, self.max_retries + 2):
-            started = time.monotonic()
-            try:
-                reply = self._stream(body)
-            except retryable as exc:
-                if isinstance(exc, anthropic.APIStatusError) and not self._worth_retrying(exc):
-                    raise self._fatal(exc) from None
-                if attempt > self.max_retries:
-                    raise BackendError(f"model API still failing after {attempt} tries: {_short(exc)}") from None
-                wait = self._wait_for(exc, attempt)
-                self._rt.emit("llm.response", {
-                    "ok": False, "turn": memory.turn, "try": attempt, "error": _short(exc),
-                    "status": getattr(exc, "status_code", None) or 0, "retry_in": round(wait, 3),
-                    "retry_after": _retry_after(exc) is not None,
-                })
-                self._rt.notify(f"model API: {_short(exc)}; retry {attempt} in {wait:.1f} s", "warning")
-                if self._rt.wait(wait):
-                    return False
-                continue
-            usage = reply.pop("usage")
-            known = price(self.model)[2]
-            self._rt.emit("llm.response", {
-                "ok": True, "turn": memory.turn, "try": attempt, **reply, **usage,
-                "cost_usd": cost_usd(self.model, usage), "priced": known,
-                "ms": round((time.monotonic() - started) * 1000, 1),
-            })
-            return True
-        return False
-
-    @staticmethod
-    def _retryable_errors() -> tuple[type[BaseException], ...]:
-        import anthropic
-
-        return (anthropic.APIStatusError, anthropic.APIConnectionError, IncompleteStream, *_transport_errors())
-
-    @staticmethod
-    def _worth_retrying(exc: Any) -> bool:
-        if exc.status_code in RETRYABLE_STATUS:
-            return True
-        # An error event inside a 200 stream: the status says nothing, the error type does.
-        return exc.status_code == 200 and _error_type(exc) in RETRYABLE_TYPES
-
-    @staticmethod
-    def _fatal(exc: Any) -> BackendError:
-        if exc.status_code == 401:
-            return BackendError("the API rejected the key (401): check ANTHROPIC_API_KEY")
-        if exc.status_code == 403:
-            return BackendError("the API refused this key access (403): check its workspace and permissions")
-        return BackendError(f"model API error: {_short(exc)}")
-
-    def _wait_for(self, exc: BaseException, attempt: int) -> float:
-        asked = _retry_after(exc)
-        if asked is not None:
-            return min(asked, self.max_wait)
-        backoff = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-        return backoff * random.uniform(0.75, 1.25)
-
-    def client(self) -> Any:
         """The SDK client, made on first use (so importing this module never imports the SDK)."""
+        self.timeout = timeout
+
+    def client(self, timeout: float | None = None) -> Any:
+        """The SDK client; a one-off client with another timeout when asked for one."""
+        import anthropic
+
+        if timeout is not None and self._client is None:
+            return anthropic.Anthropic(max_retries=0, timeout=timeout)
         if self._client is None:
-            self._client = make_client()
+            self._client = anthropic.Anthropic(max_retries=0, timeout=self.timeout)
         return self._client
 
-    def _stream(self, body: dict[str, Any]) -> dict[str, Any]:
+    def credentials(self) -> str | None:
+        """ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN, whichever the SDK will use."""
+        return credentials()
+
+    def check_access(self, model: str) -> str | None:
+        """Ask the API about `model` (GET /v1/models/ID) so a bad key or model fails in one line, not mid-run."""
+        import anthropic
+
+        try:
+            self.client(timeout=30.0).models.retrieve(model)
+        except anthropic.AuthenticationError as exc:
+            raise BackendError(f"the API rejected the key (401 {_error_type(exc) or 'authentication_error'}): "
+                               "check ANTHROPIC_API_KEY") from None
+        except anthropic.PermissionDeniedError:
+            raise BackendError("the API refused this key access (403 permission_error): check its workspace and "
+                               "permissions") from None
+        except anthropic.NotFoundError:
+            raise BackendError(f"the API does not know model {model!r} (404): pick another with --model") from None
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+            return f"could not check the key and model before starting ({_short(exc)}); starting anyway"
+        return None
+
+    def request_body(self, prompt: "Prompt", *, model: str, max_tokens: int) -> dict[str, Any]:
+        """The Messages API request, with cache breakpoints on the system prompt, the compaction summary and the
+        last block of the latest message, so each turn reads the earlier conversation from the cache."""
+        messages = [{"role": m["role"], "content": list(m["content"])} for m in prompt.messages]
+        if prompt.summary and messages:
+            messages[0]["content"][0] = {**messages[0]["content"][0], "cache_control": CACHE}
+        if messages and messages[-1]["content"]:
+            messages[-1]["content"][-1] = {**messages[-1]["content"][-1], "cache_control": CACHE}
+        return {
+            "model": model,
+            "max_tokens": max_tokens,
+            "system": [{"type": "text", "text": prompt.system, "cache_control": CACHE}],
+            "tools": [{"name": t.name, "description": t.description, "input_schema": t.parameters}
+                      for t in prompt.tools],
+            "messages": messages,
+        }
+
+    def send(self, body: dict[str, Any]) -> Reply:
         """Stream one reply and assemble it: content blocks, stop reason, usage, ids.
 
         Tool arguments are parsed here rather than by the SDK's accumulator, so one malformed argument string
         becomes a tool error for that call instead of losing the whole reply.
         """
+        try:
+            return self._stream(body)
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is None:
+                raise
+            raise failure from None
+
+    def _stream(self, body: dict[str, Any]) -> Reply:
         blocks: dict[int, dict[str, Any]] = {}
-        usage: dict[str, int] = {}
+        usage: Usage = {}
         meta: dict[str, Any] = {"stop_reason": None}
         complete = False
         with self.client().messages.create(**body, stream=True) as stream:
@@ -434,16 +265,19 @@ class ClaudeBackend:
             raise IncompleteStream("the reply stream ended before message_stop")
         content = [_finish_block(blocks[i]) for i in sorted(blocks)]
         content = [b for b in content if b.get("type") != "text" or b["text"]]
-        return {"content": content, "stop_reason": meta["stop_reason"], "id": meta.get("id"),
-                "model": meta.get("model"), "usage": usage}
+        return Reply(content, meta["stop_reason"], meta.get("id"), meta.get("model"), usage)  # type: ignore[arg-type]
+
+    def cost(self, model: str, usage: Usage) -> tuple[float, bool]:
+        """USD from the price table, and whether the model is in it."""
+        return cost_usd(model, usage), price(model)[2]
 
 
-def _usage(usage: Any) -> dict[str, int]:
-    out = {}
+def _usage(usage: Any) -> Usage:
+    out: Usage = {}
     for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
         value = getattr(usage, key, None)
         if isinstance(value, int):
-            out[key] = value
+            out[key] = value  # type: ignore[literal-required]
     return out
 
 
@@ -458,3 +292,20 @@ def _finish_block(block: dict[str, Any]) -> dict[str, Any]:
     except ValueError as exc:
         return {**block, "input": {}, "malformed": f"{str(exc).splitlines()[0][:120]}; got {raw[:200]!r}"}
     return {**block, "input": value}
+
+
+def claude_backend(model: str | None, *, seed_source: str = "", client: Any = None, max_tokens: int = 8192,
+                   retry: RetryPolicy = RetryPolicy()) -> ConversationBackend:
+    """The claude backend: the conversation step over an AnthropicTransport (`client` for tests)."""
+    return ConversationBackend("claude", AnthropicTransport(client), model or os.environ.get("WORKBENCH_MODEL")
+                               or DEFAULT_MODEL, seed_source=seed_source, max_tokens=max_tokens, retry=retry)
+
+
+def create(options: BackendOptions) -> ConversationBackend:
+    """The registry's factory (see backends.registry)."""
+    return claude_backend(options.model, seed_source=options.seed_source)
+
+
+SPEC = BackendSpec("claude", "Claude through the Anthropic Messages API (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL)",
+                   create, transport=AnthropicTransport, requires=("anthropic",))
+"""The registry entry (pyproject.toml: workbench.backends, claude)."""

@@ -6,8 +6,12 @@ import ast
 import re
 from typing import Any
 
-from workbench.agent.backends.base import Finish, ToolCall
+from workbench.agent.backends.base import Finish, StepBackend, ToolCall
+from workbench.agent.backends.registry import BackendOptions, BackendSpec
+from workbench.agent.backends.transport import BackendError
 from workbench.agent.tunables import TunablesError, config_key, grid, neighbours, read_declared, with_config
+from workbench.journal.events import NudgeReceived
+from workbench.session.revisions import sha256_text
 from workbench.session.state import SessionState
 from workbench.tasks import Task
 
@@ -27,19 +31,15 @@ def parse_pins(text: str, names: set[str]) -> dict[str, Any]:
     return pins
 
 
-class TunerBackend:
+class TunerBackend(StepBackend):
     """Coordinate descent around the best config, then the rest of the grid, until the space is exhausted.
 
     Nudges of the form NAME=VALUE pin a tunable: a persistent nudge for the rest of the run, a one-shot nudge
-    for the next attempt only. Other nudge text is acknowledged as not understood.
+    for the next attempt only. Other nudge text is acknowledged as not understood. A config is never tried twice:
+    not by its values (an attempt's params) and not by its source (an attempt of any author with that very text).
     """
 
     name = "tuner"
-    model: str | None = None
-
-    def __init__(self, seed_source: str) -> None:
-        self.seed_source = seed_source
-        """The kernel the session starts from (the task's seed.py unless the person chose another)."""
 
     # -- decisions -----------------------------------------------------------------------------
     def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish:
@@ -62,20 +62,22 @@ class TunerBackend:
         for name, value in self._pins(state, set(space)).items():
             space[name] = [value]
         tried = {config_key(a.params) for a in state.attempts.values()}
+        sources = {a.sha256 for a in state.attempts.values()}
         pinned = {k: values[0] for k, values in space.items() if values is not declared.space.get(k)}
         start = {**declared.config, **pinned}
         ordered = [start, *neighbours(space, start), *({**declared.config, **g} for g in grid(space))]
         for config in ordered:
-            if config_key(config) not in tried:
-                changed = {k: v for k, v in config.items() if declared.config.get(k) != v}
-                note = ", ".join(f"{k}={v}" for k, v in changed.items()) or "re-run base"
-                return ToolCall(
-                    "evaluate",
-                    {"source": with_config(base.source, config), "params": config, "note": note, "parent": base.n},
-                )
+            if config_key(config) in tried:
+                continue
+            source = with_config(base.source, config)
+            if sha256_text(source) in sources:
+                continue  # its result is in the journal already (e.g. a person's edit set these values)
+            changed = {k: v for k, v in config.items() if declared.config.get(k) != v}
+            note = ", ".join(f"{k}={v}" for k, v in changed.items()) or "re-run base"
+            return ToolCall("evaluate", {"source": source, "params": config, "note": note, "parent": base.n})
         return Finish("search space exhausted" + (" under pinned tunables" if space != declared.space else ""))
 
-    def acknowledge(self, nudge: dict[str, Any], state: SessionState, task: Task) -> str:
+    def acknowledge(self, nudge: NudgeReceived, state: SessionState, task: Task) -> str:
         """Say which tunables the nudge pins, or that the tuner cannot act on free text."""
         source = state.best_attempt.source if state.best_attempt else self.seed_source
         try:
@@ -104,3 +106,24 @@ class TunerBackend:
             elif not nudge["persistent"] and nudge["seq"] > latest:
                 pins.update(parse_pins(nudge["text"], names))
         return pins
+
+
+def preflight(options: BackendOptions) -> None:
+    """A new session needs a seed that declares what to search.
+
+    Raises:
+        BackendError: the seed declares no usable TUNABLES/CONFIG.
+    """
+    if not options.fresh:
+        return
+    try:
+        read_declared(options.seed_source)
+    except TunablesError as exc:
+        raise BackendError(f"the tuner searches the TUNABLES/CONFIG a kernel declares, and {options.seed_origin} "
+                           f"declares none ({exc}): write a seed with TUNABLES and CONFIG (or pass --start FILE), or "
+                           "run --agent claude") from None
+
+
+SPEC = BackendSpec("tuner", "the offline tuner: searches the TUNABLES a kernel declares (no model, no key)",
+                   lambda options: TunerBackend(options.seed_source), preflight=preflight)
+"""The registry entry (pyproject.toml: workbench.backends, tuner)."""

@@ -8,13 +8,40 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from workbench.evaluator.channel import Channel, WorkerLost
-from workbench.evaluator.oracle import Prepared
+from workbench.evaluator.oracle import OracleCache, Prepared
+from workbench.evaluator.seeds import SeedPool
+from workbench.evaluator.stats import StopRule
+from workbench.evaluator.trusted import Baseline, ShapeState
 
-if TYPE_CHECKING:
-    from workbench.evaluator.harness import Service, ShapeState
+
+class ServiceView(Protocol):
+    """What the phases use of the service (workbench.evaluator.harness.Service)."""
+
+    device: str
+    channel: Channel
+    torch: Any
+    timer: Any
+    baseline: Baseline | None
+    shapes: dict[str, ShapeState]
+    pool: SeedPool
+    cache: OracleCache
+    stop_rule: StopRule
+    outputs: list[str]
+    tols: list[float]
+    fresh_count: int
+    timing_cpu: int | None
+
+    def groups(self, heldout: bool) -> list[dict[str, Any]]: ...
+    def inputs(self, shape: ShapeState, seed: int) -> dict[str, Any]: ...
+    def warm(self, shape: ShapeState) -> None: ...
+    def expected(self, shape: ShapeState, seed: int, slot: int) -> Prepared: ...
+    def fresh_sets(self, shape: ShapeState, n: int) -> list[Prepared]: ...
+    def launch_overhead(self) -> float | None: ...
+    def prepare_for(self, ev: "Evaluation") -> None: ...
+    def finish(self, ev: "Evaluation", failure: dict[str, Any] | None, elapsed: float) -> None: ...
 
 
 @dataclass
@@ -31,7 +58,7 @@ class TimingSet:
 class Kept:
     """What the timing phases keep of one checked shape."""
 
-    shape: "ShapeState"
+    shape: ShapeState
     sets: list[TimingSet] = field(default_factory=list)
 
     def by_index(self, index: int) -> TimingSet:
@@ -44,7 +71,7 @@ class Kept:
 class Evaluation:
     """The state of one evaluation request."""
 
-    def __init__(self, service: "Service", request: dict[str, Any]) -> None:
+    def __init__(self, service: ServiceView, request: dict[str, Any]) -> None:
         self.service = service
         self.request = request
         self.channel: Channel = service.channel

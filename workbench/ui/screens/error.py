@@ -5,24 +5,16 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Label
 
+from workbench.ui.screens.dialog import Dialog
 
-class ErrorScreen(ModalScreen[None]):
+
+class ErrorScreen(Dialog[None]):
     """Replaces a crash: the journal already holds every acknowledged event, so nothing is lost."""
 
     DEFAULT_CSS = """
-    ErrorScreen { align: center middle; }
-    ErrorScreen > #dialog {
-        width: 84;
-        height: auto;
-        max-height: 80%;
-        border: round $error;
-        border-title-color: $text-error;
-        background: $surface;
-        padding: 1 2;
-    }
+    ErrorScreen > #dialog { width: 84; max-height: 80%; border: round $error; border-title-color: $text-error; }
     ErrorScreen #error { width: 100%; color: $text-error; margin-bottom: 1; }
     ErrorScreen #hint { width: 100%; color: $text-muted; }
     """

@@ -13,10 +13,10 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.highlight import highlight
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
 from workbench.ui import formatting as fmt
+from workbench.ui.screens.dialog import Dialog
 
 LIST_LIMIT = 1000
 """Newest events listed: enough to find anything recent."""
@@ -31,7 +31,7 @@ DETAIL_SOURCE_KEYS = ("source",)
 """Data fields shown as code below the JSON instead of as one escaped string inside it."""
 
 
-class EventListScreen(ModalScreen[None]):
+class EventListScreen(Dialog[None]):
     """The newest events passing a filter preset, newest first; Enter opens the selected one whole.
 
     The first rows are in the table when the screen first draws; the rest are added in chunks between key presses,
@@ -39,17 +39,7 @@ class EventListScreen(ModalScreen[None]):
     """
 
     DEFAULT_CSS = """
-    EventListScreen { align: center middle; }
-    EventListScreen > #dialog {
-        width: 116;
-        max-width: 100%;
-        height: 90%;
-        border: round $border;
-        border-title-color: $text-primary;
-        border-subtitle-color: $text-muted;
-        background: $surface;
-        padding: 0 1;
-    }
+    EventListScreen > #dialog { width: 116; padding: 0 1; }
     EventListScreen DataTable { height: 1fr; background: $surface; }
     EventListScreen #hint { color: $text-muted; height: 1; }
     """
@@ -61,7 +51,7 @@ class EventListScreen(ModalScreen[None]):
     ]
 
     def __init__(self, events: Sequence[Mapping[str, Any]], *, title: str, filter_key: str = "all") -> None:
-        super().__init__()
+        super().__init__(classes=self.TALL)
         self.events = list(events)
         """Every event this list may show, oldest first (already a bounded window)."""
         self.title_text = title
@@ -165,20 +155,11 @@ def detail_text(event: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     return json.dumps(shown, indent=2, ensure_ascii=False, default=str), code
 
 
-class EventDetailScreen(ModalScreen[None]):
+class EventDetailScreen(Dialog[None]):
     """One event, pretty-printed: the JSON of its journal line, and any kernel source in it as Python."""
 
     DEFAULT_CSS = """
-    EventDetailScreen { align: center middle; }
-    EventDetailScreen > #dialog {
-        width: 110;
-        max-width: 100%;
-        height: 90%;
-        border: round $border;
-        border-title-color: $text-primary;
-        border-subtitle-color: $text-muted;
-        background: $surface;
-    }
+    EventDetailScreen > #dialog { width: 110; padding: 0; }
     EventDetailScreen VerticalScroll { height: 1fr; background: $surface; }
     EventDetailScreen Static { width: 1fr; padding: 0 1; }
     EventDetailScreen .code-title { color: $text-primary; text-style: bold; margin-top: 1; }
@@ -187,7 +168,7 @@ class EventDetailScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape", "close", "Close", id="event.close", tooltip="Back to the list")]
 
     def __init__(self, event: Mapping[str, Any]) -> None:
-        super().__init__()
+        super().__init__(classes=self.TALL)
         self.event = event
         """The journal record shown."""
 

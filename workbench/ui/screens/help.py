@@ -6,25 +6,16 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
+from workbench.ui.screens.dialog import Dialog
 
-class HelpScreen(ModalScreen[None]):
+
+class HelpScreen(Dialog[None]):
     """Lists (keys, action, binding id, what it does); the id is what a [keymap] entry remaps."""
 
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > #dialog {
-        width: 116;
-        max-width: 100%;
-        height: auto;
-        max-height: 90%;
-        border: round $border;
-        border-title-color: $text-primary;
-        background: $surface;
-        padding: 1 2;
-    }
+    HelpScreen > #dialog { width: 116; max-width: 100%; max-height: 90%; }
     HelpScreen DataTable { height: auto; max-height: 24; background: $surface; }
     HelpScreen #hint { color: $text-muted; margin-top: 1; }
     """

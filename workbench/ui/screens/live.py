@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from dataclasses import dataclass
+from typing import cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -19,10 +21,8 @@ from workbench.ui.widgets.kernel_view import KernelView
 from workbench.ui.widgets.memory_panel import MemoryPanel
 from workbench.ui.widgets.metrics_bar import MetricsBar
 from workbench.ui.widgets.profiler_table import ProfilerTable
+from workbench.ui.view import SessionView
 from workbench.ui.widgets.status_bar import StatusBar
-
-if TYPE_CHECKING:
-    from workbench.ui.app import WorkbenchApp
 
 FLUSH_INTERVAL = 0.15
 """Seconds between UI flushes: fast enough to feel live, slow enough that a burst of events is one redraw."""
@@ -48,10 +48,23 @@ class LiveScreen(Screen[None]):
                 tooltip="List the recent events and open any of them whole"),
     ]
 
+    @dataclass
+    class NudgeSent(Message):
+        """The person wrote a nudge for the agent."""
+
+        text: str
+        persistent: bool
+
+    class PauseToggled(Message):
+        """Pause the agent, or resume it when paused."""
+
+    class ProfileRequested(Message):
+        """Profile the current attempt at the next step boundary."""
+
     @property
-    def workbench(self) -> "WorkbenchApp":
-        """The app, typed: this screen reads its state and sends commands through it."""
-        return cast("WorkbenchApp", self.app)
+    def workbench(self) -> SessionView:
+        """What this screen reads of the app."""
+        return cast(SessionView, self.app)
 
     def compose(self) -> ComposeResult:
         settings = self.workbench.settings
@@ -114,14 +127,13 @@ class LiveScreen(Screen[None]):
 
     def _nudge_written(self, request: NudgeRequest | None) -> None:
         if request is not None:
-            self.workbench.send_nudge(request.text, request.persistent)
+            self.post_message(self.NudgeSent(request.text, request.persistent))
 
     def action_toggle_pause(self) -> None:
-        self.workbench.toggle_pause()
-        self.refresh_status()
+        self.post_message(self.PauseToggled())
 
     def action_profile(self) -> None:
-        self.workbench.request_profile()
+        self.post_message(self.ProfileRequested())
 
     def action_cycle_kernel_view(self) -> None:
         self.query_one(KernelView).cycle_view()

@@ -8,8 +8,9 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label
+
+from workbench.ui.screens.dialog import InputDialog
 
 
 @dataclass(frozen=True)
@@ -20,19 +21,11 @@ class NudgeRequest:
     persistent: bool
 
 
-class NudgeScreen(ModalScreen[NudgeRequest | None]):
+class NudgeScreen(InputDialog[NudgeRequest | None]):
     """Asks for a nudge; Enter sends it, Esc closes without sending."""
 
     DEFAULT_CSS = """
-    NudgeScreen { align: center middle; }
-    NudgeScreen > #dialog {
-        width: 76;
-        height: auto;
-        border: round $border;
-        border-title-color: $text-primary;
-        background: $surface;
-        padding: 1 2;
-    }
+    NudgeScreen > #dialog { width: 76; }
     NudgeScreen #hint { width: 100%; color: $text-muted; margin-bottom: 1; }
     NudgeScreen Input { margin-bottom: 1; }
     NudgeScreen #buttons { height: auto; align-horizontal: right; }
@@ -46,10 +39,9 @@ class NudgeScreen(ModalScreen[NudgeRequest | None]):
     ]
 
     def __init__(self, *, read_only_note: str = "", cursor_blink: bool = True) -> None:
-        super().__init__()
+        super().__init__(cursor_blink=cursor_blink)
         self._note = read_only_note
         """Where the nudge goes when this TUI does not drive the agent (attach mode)."""
-        self._cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as dialog:
@@ -60,16 +52,11 @@ class NudgeScreen(ModalScreen[NudgeRequest | None]):
                 id="hint",
                 markup=False,
             )
-            text = Input(placeholder="e.g. try BLOCK_SIZE=2048 with num_warps=16", id="text")
-            text.cursor_blink = self._cursor_blink
-            yield text
+            yield self.text_input("e.g. try BLOCK_SIZE=2048 with num_warps=16", "text")
             yield Checkbox("Persistent: keep it in every prompt until revoked (F2)", id="persistent")
             with Horizontal(id="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Send", id="send", variant="primary")
-
-    def on_mount(self) -> None:
-        self.query_one("#text", Input).focus()
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -27,9 +27,6 @@ from workbench.ui.widgets.kernel_view import KernelView
 from workbench.ui.widgets.memory_panel import MemoryPanel
 from workbench.ui.widgets.status_bar import short_device
 from workbench.ui.widgets.trend_plot import TrendPlot
-
-if TYPE_CHECKING:
-    from workbench.ui.app import WorkbenchApp
 
 COLUMNS = (("n", "#", 5), ("verdict", "verdict", 10), ("ms", "ms", 7), ("speedup", "speedup", 7),
            ("what", "what it tried", 22))
@@ -85,10 +82,12 @@ class ReviewScreen(Screen[None]):
         events: list[dict[str, Any]]
         error: str = ""
 
-    def __init__(self, root: Path, session_id: str) -> None:
+    def __init__(self, root: Path, session_id: str, *, cursor_blink: bool = True) -> None:
         super().__init__()
         self.root = Path(root)
         """The sessions folder."""
+        self.cursor_blink = cursor_blink
+        """Whether the kernel pane's cursor blinks (off in tests)."""
         self.session_id = session_id
         """The id (or unique prefix) asked for."""
         self.history: SessionHistory | None = None
@@ -115,7 +114,7 @@ class ReviewScreen(Screen[None]):
                     table.add_column(label, key=key, width=width)
                 yield table
             with Vertical(id="review-right"):
-                yield KernelView(cursor_blink=cast("WorkbenchApp", self.app).settings.cursor_blink, id="review-kernel")
+                yield KernelView(cursor_blink=self.cursor_blink, id="review-kernel")
                 yield MemoryPanel(review=True, id="review-memory")
         yield Footer()
 

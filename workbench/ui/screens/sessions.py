@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from typing import Any, Mapping, cast
 
 from rich.text import Text
 from textual import on, work
@@ -18,9 +18,7 @@ from workbench.session import summary
 from workbench.session.state import parse_ts
 from workbench.ui import formatting as fmt
 from workbench.ui.palette import MUTED, theme_style
-
-if TYPE_CHECKING:
-    from workbench.ui.app import WorkbenchApp
+from workbench.ui.view import SessionView
 
 COLUMNS = (("id", "session", 34), ("task", "task", 12), ("agent", "agent", 8), ("status", "status", 9),
            ("attempts", "attempts", 8), ("best", "best", 8), ("duration", "running", 8), ("created", "created", 16))
@@ -87,9 +85,9 @@ class SessionsScreen(Screen[None]):
         """The rows on show."""
 
     @property
-    def workbench(self) -> "WorkbenchApp":
-        """The app, typed."""
-        return cast("WorkbenchApp", self.app)
+    def workbench(self) -> SessionView:
+        """What this screen reads of the app."""
+        return cast(SessionView, self.app)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="sessions-header")
@@ -101,14 +99,16 @@ class SessionsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         app = self.workbench
-        self.query_one("#sessions-header", Static).update(f" sessions in {app.review_root}")
-        if app.review_id:
+        launch = app.launch
+        self.query_one("#sessions-header", Static).update(f" sessions in {launch.review_root}")
+        if launch.review_id:
             from workbench.ui.screens.review import ReviewScreen
 
-            assert app.review_root is not None
+            assert launch.review_root is not None
             # The list waits until the person comes back to it: read now, its checkpoints (megabytes of TOML for
             # a long session) would compete with the session being opened for the one interpreter lock.
-            app.push_screen(ReviewScreen(app.review_root, app.review_id))
+            self.app.push_screen(ReviewScreen(launch.review_root, launch.review_id,
+                                              cursor_blink=app.settings.cursor_blink))
         else:
             self._load_once()
 
@@ -130,7 +130,7 @@ class SessionsScreen(Screen[None]):
         """Read every session.toml (a checkpoint can be megabytes, hence the thread)."""
         from workbench.session import SessionStore
 
-        root = self.workbench.review_root
+        root = self.workbench.launch.review_root
         assert root is not None
         try:
             rows = [session_row(meta) for meta in SessionStore(Path(root)).list()]
@@ -141,7 +141,7 @@ class SessionsScreen(Screen[None]):
 
     def on_sessions_screen_loaded(self, message: Loaded) -> None:
         header = self.query_one("#sessions-header", Static)
-        root = self.workbench.review_root
+        root = self.workbench.launch.review_root
         if message.error:
             header.update(f" {message.error}")
             return
@@ -173,10 +173,10 @@ class SessionsScreen(Screen[None]):
     def _open(self, session_id: str) -> None:
         from workbench.ui.screens.review import ReviewScreen
 
-        root = self.workbench.review_root
+        root = self.workbench.launch.review_root
         assert root is not None
         row = next((r for r in self.rows if r["id"] == session_id), None)
         if row is not None and row["status"] == "broken":
             self.notify(f"{session_id}: {row['created']}", severity="error")
             return
-        self.app.push_screen(ReviewScreen(Path(root), session_id))
+        self.app.push_screen(ReviewScreen(Path(root), session_id, cursor_blink=self.workbench.settings.cursor_blink))

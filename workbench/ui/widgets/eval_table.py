@@ -7,14 +7,15 @@ from typing import Any, Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from workbench.session.state import Attempt, SessionState
 from workbench.ui import formatting as fmt
-from workbench.ui.static_text import update_static
 from workbench.ui.palette import MUTED, theme_style, verdict_variable
+from workbench.ui.static_text import update_static
+from workbench.ui.widgets.keyed_rows import sync_rows
+from workbench.ui.widgets.pane import Pane
 
 COLUMNS = (
     ("shape", "shape"),
@@ -43,18 +44,11 @@ def _natural(name: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-class EvalTable(Vertical):
+class EvalTable(Pane):
     """The shapes table plus the verdict line of the latest evaluation."""
 
     DEFAULT_CSS = """
-    EvalTable {
-        height: auto;
-        border: round $border-blurred;
-        border-title-color: $text-primary;
-        border-subtitle-color: $text-muted;
-        background: $surface;
-    }
-    EvalTable:focus-within { border: round $border; }
+    EvalTable { height: auto; }
     EvalTable > DataTable { height: auto; max-height: 12; background: $surface; scrollbar-size: 1 1; }
     EvalTable > #verdict { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
     """
@@ -105,17 +99,8 @@ class EvalTable(Vertical):
                 table.clear(columns=True)
                 for key, label in columns:
                     table.add_column(label, key=key)
-            for row_key in list(table.rows):
-                if row_key.value not in rows:
-                    table.remove_row(row_key)
-            existing = {row_key.value for row_key in table.rows}
-            for name, cells in rows.items():
-                if name in existing:
-                    # update_width: a longer value widens its column (on idle) instead of being clipped
-                    for column, _label in columns:
-                        table.update_cell(name, column, cells[column], update_width=True)
-                else:
-                    table.add_row(*(cells[column] for column, _label in columns), key=name)
+            keys = [column for column, _label in columns]
+            sync_rows(table, {name: [cells[k] for k in keys] for name, cells in rows.items()}, keys)
             table.sort("shape", key=lambda cell: _natural(cell.plain))
         self._describe(attempt, state)
 

@@ -13,6 +13,7 @@ from textual.widgets import Log
 
 from workbench.ui.formatting import event_line, filter_label, filter_types
 from workbench.ui.palette import MUTED, theme_style
+from workbench.ui.widgets.pane import pane_css
 
 _TYPE_VARIABLE = {
     "error": "text-error",
@@ -66,15 +67,8 @@ class EventHighlighter(Highlighter):
 class EventLog(Log):
     """The live event log: a window onto events.jsonl, capped at max_lines, fed in batches, filtered by preset."""
 
-    DEFAULT_CSS = """
-    EventLog {
-        border: round $border-blurred;
-        border-title-color: $text-primary;
-        border-subtitle-color: $text-muted;
-        background: $surface;
-        scrollbar-size-vertical: 1;
-    }
-    EventLog:focus { border: round $border; }
+    DEFAULT_CSS = pane_css("EventLog", ":focus") + """
+    EventLog { scrollbar-size-vertical: 1; }
     """
 
     def __init__(self, *, max_lines: int, id: str | None = None) -> None:

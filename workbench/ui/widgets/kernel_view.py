@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Mapping
 
 from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
 
+from workbench.session.revisions import counts, unified
 from workbench.session.state import Attempt
 from workbench.ui import formatting as fmt
-from workbench.ui.diffs import counts, unified
 from workbench.ui.widgets.diff_view import DiffView
+from workbench.ui.widgets.pane import Pane
 
 VIEWS = ("source", "parent", "best")
 """What `d` steps through; 'marked' joins them while an attempt is marked for comparison (review)."""
@@ -22,17 +22,10 @@ VIEWS = ("source", "parent", "best")
 _ROLE = {"parent": "parent", "best": "best", "marked": "marked"}
 
 
-class KernelView(Vertical):
+class KernelView(Pane):
     """Shows one attempt: its source (syntax-highlighted) or a diff from another attempt to it."""
 
     DEFAULT_CSS = """
-    KernelView {
-        border: round $border-blurred;
-        border-title-color: $text-primary;
-        border-subtitle-color: $text-muted;
-        background: $surface;
-    }
-    KernelView:focus-within { border: round $border; }
     KernelView > TextArea { border: none; padding: 0; height: 1fr; background: $surface; }
     KernelView > TextArea:focus { border: none; }
     KernelView > DiffView { display: none; height: 1fr; }

@@ -12,12 +12,13 @@ from typing import Any, Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from workbench.ui import formatting as fmt
 from workbench.ui.palette import MUTED, theme_style
+from workbench.ui.widgets.keyed_rows import sync_rows
+from workbench.ui.widgets.pane import Pane
 
 COLUMNS = (("name", "kernel", 17), ("calls", "calls", 5), ("total_ms", "total ms", 8), ("mean_ms", "mean ms", 7),
            ("share", "share", 5), ("delta", "Δ best", 6))
@@ -93,19 +94,12 @@ def _metric_name(name: str) -> str:
     return name.split(".")[0]
 
 
-class ProfilerTable(Vertical):
+class ProfilerTable(Pane):
     """Kernel rows changed by key inside one batch_update; hidden while the session has no profile."""
 
     DEFAULT_CSS = """
-    ProfilerTable {
-        height: auto;
-        border: round $border-blurred;
-        border-title-color: $text-primary;
-        border-subtitle-color: $text-muted;
-        background: $surface;
-    }
+    ProfilerTable { height: auto; }
     ProfilerTable.-empty { display: none; }
-    ProfilerTable:focus-within { border: round $border; }
     ProfilerTable > DataTable { height: auto; max-height: 6; background: $surface; scrollbar-size: 1 1; }
     ProfilerTable > #ncu { height: auto; max-height: 4; padding: 0 1; }
     """
@@ -148,16 +142,7 @@ class ProfilerTable(Vertical):
         cells = {str(r["name"]): self._cells(r, best_rows.get(r["name"])) for r in rows}
         table: DataTable[Text] = self.query_one(DataTable)
         with self.app.batch_update():
-            for row_key in list(table.rows):
-                if row_key.value not in cells:
-                    table.remove_row(row_key)
-            existing = {row_key.value for row_key in table.rows}
-            for name, row in cells.items():
-                if name in existing:
-                    for (column, _label, _width), cell in zip(COLUMNS, row):
-                        table.update_cell(name, column, cell, update_width=True)
-                else:
-                    table.add_row(*row, key=name)
+            sync_rows(table, cells, [column for column, _label, _width in COLUMNS])
             # Heaviest kernel first, sorted once per profile; cells hold formatted text, so parse it back.
             table.sort("total_ms", key=lambda cell: -(_parse_ms(cell.plain) or 0.0))
         self.query_one("#ncu", Static).update(self._ncu(metrics, ncu_metrics(best or {}), profile))

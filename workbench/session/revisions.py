@@ -1,14 +1,25 @@
-"""Unified diffs between two kernel revisions: plain text, shared by the diff pane and the Markdown report."""
+"""Kernel revisions as text: the hash that names one and the unified diff between two.
+
+One home for both, since the store (attempts/NNNN/diff.patch), the agent's tools and prompts, the TUI's diff pane
+and the Markdown report all speak of the same revisions.
+"""
 
 from __future__ import annotations
 
 import difflib
+import hashlib
+
+
+def sha256_text(text: str) -> str:
+    """Hex sha256 of text as UTF-8: ties every result to the exact code evaluated."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _lines(text: str) -> list[str]:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
-        # As diff(1) does, so a missing final newline shows up instead of gluing two lines together.
+        # As diff(1) does, so a missing final newline shows up instead of gluing two lines together, and a patch
+        # stays line-oriented and still applies.
         lines[-1] += "\n\\ No newline at end of file\n"
     return lines
 
@@ -35,3 +46,8 @@ def counts(diff: str) -> tuple[int, int]:
         elif line.startswith("-") and not line.startswith("---"):
             removed += 1
     return added, removed
+
+
+def changed(old: str, new: str) -> tuple[int, int]:
+    """(lines added, lines removed) turning `old` into `new`."""
+    return counts(unified(old, new, "a", "b", context=0))

@@ -1,0 +1,245 @@
+"""The vendor-neutral conversation step of an LLM backend: one model reply at a time, journaled turn by turn.
+
+The backend holds no conversation of its own. Its context is the BackendContext's memory, a fold of the journal:
+each llm.request journals only the user message it adds (tool results, new nudges, the state block), each
+llm.response the assistant message, so a resume rebuilds the exact context from the journal and `workbench show
+--prompt-at SEQ` can print it. What is vendor-specific (the request body, streaming, error classes, prices,
+credentials) is the Transport's.
+
+Retries are ours, not an SDK's: each failed try is journaled as an llm.response with ok: false, its error and the
+wait chosen; a retry-after from the server is honoured (up to a cap), otherwise the wait backs off exponentially
+with jitter. The wait is cooperative: a stop ends it at once and the journaled request is simply sent again on
+resume. A prompt the model finds too long is compacted harder and sent once more.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+
+from workbench.agent.backends.base import BackendContext, Finish, ToolCall
+from workbench.agent.backends.transport import BackendError, Transport, TransportError
+from workbench.agent.context import build_prompt
+from workbench.agent.memory import SessionMemory, estimate_tokens
+from workbench.agent.prompts import (
+    PROMPTS_VERSION,
+    SILENT_TEXT,
+    intro_text,
+    nudge_message,
+    revoke_message,
+    state_block,
+    system_prompt,
+)
+from workbench.agent.tools import render_result, specs
+from workbench.journal.events import Block, LlmRequest, Message, NudgeReceived
+from workbench.session.revisions import sha256_text
+from workbench.session.state import SessionState
+from workbench.tasks import Task
+
+DEFAULT_CONTEXT_TOKENS = 120_000
+"""Compaction budget of an LLM backend: well inside a 200k-token window, leaving room for long tool results."""
+
+MAX_SILENT_TURNS = 3
+"""Replies in a row without a tool call after which the run finishes instead of paying for more."""
+
+SHRINK = 0.6
+"""After a context-length error, the window (the context less its pinned prefix) is compacted to this share."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long to wait before trying a failed request again, and when to give up."""
+
+    max_retries: int = 8
+    backoff_base: float = 1.0
+    """Seconds before the first retry (doubling after each)."""
+    backoff_max: float = 60.0
+    """Longest back-off."""
+    max_wait: float = 900.0
+    """Longest wait honoured from a retry-after header."""
+
+    def wait(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait after the `attempt`-th failed try."""
+        if retry_after is not None:
+            return min(retry_after, self.max_wait)
+        backoff = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        return backoff * random.uniform(0.75, 1.25)
+
+
+class ConversationBackend:
+    """An LLM strategy: each step runs the next tool call of the latest reply, or asks the model for a reply."""
+
+    memory_kind = "messages"
+
+    def __init__(self, name: str, transport: Transport, model: str, *, seed_source: str = "", max_tokens: int = 8192,
+                 retry: RetryPolicy = RetryPolicy(), context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> None:
+        self.name = name
+        """The registry name the session journals ('claude')."""
+        self.transport = transport
+        self.model = model
+        self.seed_source = seed_source
+        """The kernel the session starts from (read_kernel shows it before any attempt exists)."""
+        self.max_tokens = max_tokens
+        self.retry = retry
+        self.context_tokens = context_tokens
+        """Default compaction budget (a run's --context-budget overrides it)."""
+        self._ctx: BackendContext | None = None
+        self._overhead: tuple[str, int] | None = None
+
+    # -- runtime hooks -------------------------------------------------------------------------
+    def bind(self, ctx: BackendContext) -> None:
+        """Called by the runtime when a run starts: the journal, the memory, waits and compaction come from it."""
+        self._ctx = ctx
+
+    @property
+    def ctx(self) -> BackendContext:
+        """The context of the run in progress."""
+        if self._ctx is None:
+            raise RuntimeError(f"{self.name}: next_action before bind (the runtime binds a backend when a run starts)")
+        return self._ctx
+
+    def context_overhead(self, state: SessionState) -> int:
+        """Estimated tokens of the pinned prefix (system prompt and tool definitions)."""
+        system = system_prompt(state.goal)
+        if self._overhead is None or self._overhead[0] != system:
+            tools = json.dumps([{"name": s.name, "description": s.description, "parameters": s.parameters}
+                                for s in specs()])
+            self._overhead = (system, estimate_tokens(system) + estimate_tokens(tools))
+        return self._overhead[1]
+
+    def acknowledge(self, nudge: NudgeReceived, state: SessionState, task: Task) -> str:
+        """Nudges reach the model with its next request; persistent ones ride in every state block after that."""
+        scope = "; repeated in every turn until revoked" if nudge.get("persistent") else ""
+        return f"{self.name}: queued for the model's next turn{scope}"
+
+    # -- the step ------------------------------------------------------------------------------
+    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | None:
+        """The next tool call of the latest reply; when all have run, a new request (journaled) and its reply."""
+        memory = self.ctx.memory
+        for _ in range(MAX_SILENT_TURNS + 1):
+            if not memory.pending:
+                action = self._next_call(memory)
+                if action is not None:
+                    return action
+                finished = self._finished(memory)
+                if finished is not None:
+                    return finished
+                if memory.silent >= MAX_SILENT_TURNS:
+                    return Finish(f"the model replied {memory.silent} times in a row without calling a tool")
+                self._request(state, memory)
+            if not self._exchange(state, memory):
+                return None
+        return None
+
+    @staticmethod
+    def _next_call(memory: SessionMemory) -> ToolCall | None:
+        for block in memory.tool_uses():
+            if block["id"] in memory.calls:
+                continue
+            error = None
+            if "malformed" in block:
+                error = f"your arguments for {block['name']} were not valid JSON ({block['malformed']}); call it again"
+            return ToolCall(block["name"], dict(block.get("input") or {}), ref=block["id"], error=error)
+        return None
+
+    @staticmethod
+    def _finished(memory: SessionMemory) -> Finish | None:
+        """Finish when the model's finish call succeeded in this run (a person who resumes after it gets a turn)."""
+        for block in memory.tool_uses():
+            if block["name"] != "finish":
+                continue
+            call = memory.calls.get(block["id"])
+            result = call and call["result"]
+            if result and result.get("ok") and call["result_seq"] > memory.run_started_seq:
+                return Finish(f"the model finished: {block['input'].get('reason', '')}".strip())
+        return None
+
+    @staticmethod
+    def _delta(state: SessionState, memory: SessionMemory) -> list[Message]:
+        """The user message this request adds: tool results, the person's new words, the state block."""
+        blocks: list[Block] = []
+        if memory.response is None:
+            blocks.append({"type": "text", "text": intro_text()})
+        for block in memory.tool_uses():
+            call = memory.calls.get(block["id"])
+            content, is_error = render_result(call["call"] if call else {"tool": block["name"]},
+                                              call["result"] if call else None, state)
+            result: Block = {"type": "tool_result", "tool_use_id": block["id"], "content": content}  # type: ignore[typeddict-item]
+            if is_error:
+                result["is_error"] = True  # type: ignore[typeddict-unknown-key]
+            blocks.append(result)
+        if memory.response is not None and not memory.tool_uses():
+            blocks.append({"type": "text", "text": SILENT_TEXT})
+        for nudge in state.nudges:
+            if nudge["seq"] > memory.last_request_seq:
+                blocks.append({"type": "text", "text": nudge_message(nudge)})
+        by_id = {n["id"]: n for n in state.nudges}
+        for seq, nudge_id in memory.revoked:
+            if seq > memory.last_request_seq and nudge_id in by_id:
+                blocks.append({"type": "text", "text": revoke_message(by_id[nudge_id])})
+        blocks.append({"type": "text", "text": state_block(state)})
+        return [{"role": "user", "content": blocks}]
+
+    def _request(self, state: SessionState, memory: SessionMemory) -> None:
+        """Journal the next request (compacting first when the context would pass its budget)."""
+        delta = self._delta(state, memory)
+        delta_tokens = sum(estimate_tokens(m["content"], memory.source_chars) for m in delta)
+        # A compaction never touches the delta: it replaces older turns, and the delta is built from state.
+        self.ctx.compact(delta_tokens)
+        self.ctx.emit("llm.request", dict(LlmRequest(
+            turn=memory.turn + 1,
+            model=self.model,
+            max_tokens=self.max_tokens,
+            prompt_version=PROMPTS_VERSION,
+            system_sha256=sha256_text(system_prompt(state.goal)),
+            delta=delta,
+            context_tokens=self.context_overhead(state) + memory.tokens() + delta_tokens,
+            budget_tokens=self.ctx.context_limit,
+        )))
+
+    # -- one exchange with the API ---------------------------------------------------------------
+    def _exchange(self, state: SessionState, memory: SessionMemory) -> bool:
+        """Send the journaled request until a reply is journaled; False when a stop cut a retry wait short."""
+        body = self.transport.request_body(build_prompt(memory, state), model=self.model, max_tokens=self.max_tokens)
+        shrunk = False
+        for attempt in range(1, self.retry.max_retries + 2):
+            started = time.monotonic()
+            try:
+                reply = self.transport.send(body)
+            except TransportError as exc:
+                if exc.kind == "fatal":
+                    raise BackendError(str(exc)) from None
+                if exc.kind == "context_length":
+                    if shrunk or not self._shrink(state, memory, str(exc), attempt, exc.status):
+                        raise BackendError(f"model API: the prompt is too long even after a compaction: {exc}") from None
+                    shrunk = True
+                    body = self.transport.request_body(build_prompt(memory, state), model=self.model,
+                                                       max_tokens=self.max_tokens)
+                    continue
+                if attempt > self.retry.max_retries:
+                    raise BackendError(f"model API still failing after {attempt} tries: {exc}") from None
+                wait = self.retry.wait(attempt, exc.retry_after)
+                self.ctx.emit("llm.response", {
+                    "ok": False, "turn": memory.turn, "try": attempt, "error": str(exc), "status": exc.status,
+                    "retry_in": round(wait, 3), "retry_after": exc.retry_after is not None,
+                })
+                self.ctx.notify(f"model API: {exc}; retry {attempt} in {wait:.1f} s", "warning")
+                if self.ctx.wait(wait):
+                    return False
+                continue
+            cost, known = self.transport.cost(self.model, reply.usage)
+            self.ctx.emit("llm.response", {
+                "ok": True, "turn": memory.turn, "try": attempt, "content": reply.content,
+                "stop_reason": reply.stop_reason, "id": reply.id, "model": reply.model, **reply.usage,
+                "cost_usd": cost, "priced": known, "ms": round((time.monotonic() - started) * 1000, 1),
+            })
+            return True
+        return False
+
+    def _shrink(self, state: SessionState, memory: SessionMemory, error: str, attempt: int, status: int) -> bool:
+        """After a context-length error: journal the failed try, compact the window to SHRINK of what was sent."""
+        self.ctx.emit("llm.response", {"ok": False, "turn": memory.turn, "try": attempt, "error": error,
+                                       "status": status, "retry_in": 0.0, "retry_after": False})
+        return self.ctx.compact(0, self.context_overhead(state) + int(memory.tokens() * SHRINK)) is not None
