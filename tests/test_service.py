@@ -371,7 +371,8 @@ def test_a_changed_reference_restarts_the_service_with_empty_caches(tmp_path):
         (task.reference).write_text(task.reference.read_text() + "\n# edited\n")
         second = service.evaluate(SEED)
     assert first["verdict"] == second["verdict"] == "ok"
-    assert second["service"]["restarts"] == 1 and second["cache"]["hits"] < len(task.shapes["cpu"]) * 3
+    # A new process: its oracle cache starts empty (it lives in the process), whatever it prepared since.
+    assert second["service"]["restarts"] == 1 and second["service"]["pid"] != first["service"]["pid"]
 
 
 def test_bad_arguments_are_usage_errors(softmax, tmp_path):
