@@ -9,7 +9,7 @@ from pathlib import Path
 import workbench
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = ("textual", "rich", "anthropic", "watchfiles")
+FORBIDDEN = ("textual", "rich", "anthropic", "watchfiles", "ray")
 
 
 def core_modules() -> list[str]:

@@ -295,6 +295,10 @@ class LocalPool:
             return [SlotStatus(s.info, s.state, s.job, s.phase, s.evaluations, list(s.faults))
                     for s in self._status.values()]
 
+    def runner(self, slot: str) -> SlotRunner:
+        """The slot's runner (for tools and tests that watch its processes; KeyError for a skipped slot)."""
+        return self._runners[slot]
+
     def set_phase(self, slot: str, phase: str) -> None:
         """A runner's progress report (the running evaluation's current step), for fleet views."""
         with self._cond:

@@ -66,9 +66,14 @@ class ServiceRunner:
             self.on_phase(phase_of(stage))
 
     def _path(self, job: EvalJob) -> Path:
-        """The candidate's file: the job's own where it exists here, else its source written to a private folder."""
-        if job.path.is_file():
-            return job.path
+        """The candidate's file: the job's own where it holds the job's source here, else that source written to a
+        private folder (a slot on another host, or a file changed since the job was made): what is evaluated is
+        always the job's source."""
+        try:
+            if job.path.read_text(encoding="utf-8") == job.source:
+                return job.path
+        except (OSError, UnicodeDecodeError):
+            pass
         if self._scratch is None:
             self._scratch = tempfile.TemporaryDirectory(prefix="workbench-slot-")
         folder = Path(self._scratch.name) / job.id
