@@ -292,3 +292,21 @@ def test_skipped_slots_are_reported_and_never_used():
         assert [s.state for s in pool.slots()] == ["idle", "skipped"]
     finally:
         pool.close()
+
+
+def test_jobs_queued_for_a_slot_that_a_fault_retires_fail_instead_of_waiting_forever():
+    runner = Faulty({"blocker": SlotFault("actor lost", retire=True)})
+    pool = LocalPool([(SlotInfo("ray:b:cuda:0", "cuda", gpu="0"), runner)])
+    try:
+        pool.submit(job("blocker"))
+        time.sleep(0.2)
+        pool.submit(job("pinned", "heldout", slot="ray:b:cuda:0"))
+        pool.submit(job("any"))
+        runner.release.set()
+        events = drain(pool, 3)
+        failed = {e.job.id: e.message for e in events if isinstance(e, JobFailed)}
+        assert failed["pinned"] == "its slot ray:b:cuda:0 takes no more jobs (retired)"
+        assert failed["any"] == "no slot takes jobs any more (every slot retired or skipped)"
+        assert "blocker" in failed and pool.pending() == 0 and runner.closed
+    finally:
+        pool.close()
