@@ -19,6 +19,8 @@ from workbench.fleet.api import EvalJob, FleetError, JobFailed, JobFinished, Job
 from workbench.fleet.factory import make_pool, preflight
 from workbench.tasks import load_task
 
+from fleet_jobs import drain, job
+
 ray = pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,19 +41,6 @@ def local_ray():
         yield ray
     finally:
         ray.shutdown()
-
-
-def job(name: str, path: Path, **kw) -> EvalJob:
-    return EvalJob(name, 1, path, path.read_text(), **kw)
-
-
-def drain(pool, ends: int, timeout: float = 120.0) -> list:
-    out: list = []
-    deadline = time.monotonic() + timeout
-    while sum(isinstance(e, (JobFinished, JobFailed)) for e in out) < ends:
-        assert time.monotonic() < deadline, f"timed out waiting; events so far: {out}"
-        out += pool.events(0.5)
-    return out
 
 
 def alive(pid: int) -> bool:

@@ -16,11 +16,13 @@ import pytest
 from workbench.evaluator import EvaluationService
 from workbench.evaluator.selftest import CASES_DIR
 from workbench.fleet import gpus
-from workbench.fleet.api import EvalJob, JobFailed, JobFinished, JobRequeued, JobStarted, SlotChanged, SlotInfo
+from workbench.fleet.api import JobFailed, JobFinished, JobRequeued, JobStarted, SlotChanged, SlotInfo
 from workbench.fleet.factory import make_pool
 from workbench.fleet.local import LocalPool
 from workbench.fleet.runner import ServiceRunner
 from workbench.tasks import load_task
+
+from fleet_jobs import drain, job
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "kernels" / "softmax" / "seed.py"
@@ -30,19 +32,6 @@ LOOP = CASES_DIR / "softmax" / "infinite_loop.py"
 OPTIONS = {"prepare_heldout": False, "secret_seeds": False}
 
 pytestmark = pytest.mark.slow
-
-
-def job(name: str, path: Path, **kw) -> EvalJob:
-    return EvalJob(name, 1, path, path.read_text(), **kw)
-
-
-def drain(pool, ends: int, timeout: float = 90.0) -> list:
-    out: list = []
-    deadline = time.monotonic() + timeout
-    while sum(isinstance(e, (JobFinished, JobFailed)) for e in out) < ends:
-        assert time.monotonic() < deadline, f"timed out waiting; events so far: {out}"
-        out += pool.events(0.5)
-    return out
 
 
 def drain_until(pool, found, timeout: float = 30.0) -> list:
