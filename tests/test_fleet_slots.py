@@ -153,3 +153,18 @@ def test_cancel_all_aborts_the_running_evaluation_and_close_leaves_no_process():
     while descendants() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert descendants() == set()
+
+
+def test_a_gpu_slots_candidate_processes_see_its_gpu_alone():
+    # The service process gets CUDA_VISIBLE_DEVICES from its gpu; the candidate processes are started by this
+    # process, so they must get it too, or every slot's candidates would run on the first visible GPU. No GPU is
+    # needed to see it: the waiting candidate process's environment says so.
+    task = load_task("softmax")
+    service = EvaluationService(task, "cuda", gpu="GPU-0000-fake", prepare_heldout=False)
+    try:
+        waiting = service._prestarter.waiting  # noqa: SLF001 - the pre-started process is what we inspect
+        assert waiting is not None and waiting.proc is not None
+        environ = Path(f"/proc/{waiting.proc.pid}/environ").read_bytes().split(b"\0")
+        assert b"CUDA_VISIBLE_DEVICES=GPU-0000-fake" in environ
+    finally:
+        service.close()

@@ -305,8 +305,8 @@ class EvaluationService:
         self._aborted = False
         """Set by abort() while an evaluation is in flight; evaluate() then raises EvalAborted."""
         spare = set(spare_cpus) if spare_cpus is not None else set(usable_cpus()) - set(self.cpus)
-        self._prestarter = Prestarter(self.device, cpus=spare or None, netns=isolation.netns_wanted()) \
-            if prestart else None
+        self._prestarter = Prestarter(self.device, cpus=spare or None, netns=isolation.netns_wanted(),
+                                      gpu=self.gpu) if prestart else None
         self._start()
         self._replenish(warm=True)
 
@@ -418,7 +418,7 @@ class EvaluationService:
 
     def _take_worker(self) -> tuple[WorkerProcess, bool]:
         if self._prestarter is None:
-            return WorkerProcess(self.device, netns=isolation.netns_wanted()), False
+            return WorkerProcess(self.device, netns=isolation.netns_wanted(), gpu=self.gpu), False
         hits = self._prestarter.hits
         worker = self._prestarter.take()
         return worker, self._prestarter.hits > hits
