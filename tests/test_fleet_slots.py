@@ -52,6 +52,9 @@ def test_two_cpu_slots_evaluate_at_once_and_say_where_they_measured():
     pool = make_pool(task, "cpu", workers=2, service_options=OPTIONS)
     try:
         assert [s.info.slot for s in pool.slots()] == ["cpu:0", "cpu:1"] and pool.reference() == "cpu:0"
+        # each slot's service runs on CPUs of its own (its candidates do too: they are pinned where they import)
+        masks = [os.sched_getaffinity(pool.runner(f"cpu:{i}").service.health().pid) for i in range(2)]
+        assert masks == [{0}, {1}]
         pool.submit(job("seed", SEED))
         pool.submit(job("crash", SEGFAULT))
         events = drain(pool, 2)

@@ -128,7 +128,7 @@ def timing_cpus(cpus: Sequence[int] | None, gpu: str | int | None) -> list[int]:
 class _ServiceProcess:
     """The service process, its message pipe (in) and its request socket (out)."""
 
-    def __init__(self, config: dict[str, Any], device: str, gpu: str | None):
+    def __init__(self, config: dict[str, Any], device: str, gpu: str | None, cpus: set[int] | None = None):
         self.tmp = Path(tempfile.mkdtemp(prefix="workbench-service-"))
         self.log = self.tmp / "service.log"
         msg_r, msg_w = os.pipe()
@@ -155,6 +155,11 @@ class _ServiceProcess:
             theirs.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
+        if cpus:
+            try:  # before it imports anything: its threads and children (precompiles) inherit the mask
+                os.sched_setaffinity(self.proc.pid, cpus)
+            except (AttributeError, OSError):
+                pass
         cfg = {**config, "fd_parent": msg_w, "fd_requests": theirs.fileno()}
         try:
             self.proc.stdin.write(json.dumps(cfg).encode())  # type: ignore[union-attr]
@@ -259,7 +264,8 @@ class EvaluationService:
         prestart: keep a candidate process started ahead of the next evaluation.
         prepare_heldout: also prepare the held-out shapes between evaluations (baseline warm-up, oracle outputs).
         spare_cpus: the CPUs a waiting candidate process imports on; default: this process's CPUs other than the
-            timing ones. Several services on one host (workbench.fleet) pass the CPUs none of them times on.
+            timing ones. Several services on one host (workbench.fleet) pass the CPUs none of them times on; the
+            service process is then kept to its timing CPUs and these.
 
     Raises:
         EvalUsageError: an unknown device.
@@ -305,6 +311,9 @@ class EvaluationService:
         self._aborted = False
         """Set by abort() while an evaluation is in flight; evaluate() then raises EvalAborted."""
         spare = set(spare_cpus) if spare_cpus is not None else set(usable_cpus()) - set(self.cpus)
+        self._affinity = (set(self.cpus) | spare) if spare_cpus is not None else None
+        """Where the service process runs when a pool shares the host out (its timing CPUs and the spare ones, never
+        another service's timing CPUs); None: anywhere."""
         self._prestarter = Prestarter(self.device, cpus=spare or None, netns=isolation.netns_wanted(),
                                       gpu=self.gpu) if prestart else None
         self._start()
@@ -318,7 +327,7 @@ class EvaluationService:
                 {"group": hidden, "role": "heldout", "shapes": [s.to_dict() for s in self.task.shapes[hidden]]}]
 
     def _start(self) -> None:
-        self._proc = _ServiceProcess(self._config, self.device, self.gpu)
+        self._proc = _ServiceProcess(self._config, self.device, self.gpu, self._affinity)
 
     def _restart(self) -> None:
         if self._proc is not None:
