@@ -107,7 +107,11 @@ def test_replies_with_several_tool_calls_run_in_order_and_the_context_is_rebuilt
     assert "tl.store(y_ptr + offs, x + x, mask=mask)" in all_text(bodies[3])
     # usage: prompt tokens a prefix cache served are kept apart, and priced as the person said
     responses = [e.data for e in journal(files, "llm.response")]
-    assert all(r["cache_read_input_tokens"] > 0 and r["input_tokens"] > 0 and r["priced"] for r in responses)
+    for response, body in zip(responses, bodies):
+        reported = FakeOpenAI.usage(body)
+        assert response["input_tokens"] + response["cache_read_input_tokens"] == reported["prompt_tokens"]
+        assert response["cache_read_input_tokens"] == reported["prompt_tokens_details"]["cached_tokens"] > 0
+        assert response["output_tokens"] == reported["completion_tokens"] and response["priced"]
     expected = sum(r["input_tokens"] * 0.5 + r["cache_read_input_tokens"] * 0.05 + r["output_tokens"] * 2.0
                    for r in responses) / 1e6
     assert rt.state.cost_usd == pytest.approx(expected) and rt.state.cost_usd > 0
@@ -159,6 +163,7 @@ def test_malformed_arguments_are_tool_errors_and_calls_without_ids_still_run(tmp
                      Call("t4", "read_kernel", raw="[1, 2]"),
                      Call("t5", "read_kernel", raw="")]),
         Reply(calls=[Call("", "read_task"), Call("", "read_kernel")], ids=False),
+        Reply(calls=[Call("dup", "list_attempts"), Call("dup", "show_best")]),
         Reply(calls=[Call("r1", "read_file", {"path": "reference.py"})], repeat_names=True),
         Reply(calls=[Call("t6", "finish", {"reason": "done"})]),
     ]
@@ -179,9 +184,13 @@ def test_malformed_arguments_are_tool_errors_and_calls_without_ids_still_run(tmp
     second = server.requests[2]["messages"]
     ids = [c["id"] for c in second[-4]["tool_calls"]]
     assert len(set(ids)) == 2 and all(ids) and [m["tool_call_id"] for m in second[-3:-1]] == ids
+    # so did two calls that came with the same id
+    third = server.requests[3]["messages"]
+    ids = [c["id"] for c in third[-4]["tool_calls"]]
+    assert ids[0] == "dup" and len(set(ids)) == 2 and [m["tool_call_id"] for m in third[-3:-1]] == ids
     # a name repeated in every chunk is still one name
-    assert [c["function"]["name"] for c in server.requests[3]["messages"][-3]["tool_calls"]] == ["read_file"]
-    assert "def make_inputs" in server.requests[3]["messages"][-2]["content"]
+    assert [c["function"]["name"] for c in server.requests[4]["messages"][-3]["tool_calls"]] == ["read_file"]
+    assert "def make_inputs" in server.requests[4]["messages"][-2]["content"]
     files.close()
 
 
