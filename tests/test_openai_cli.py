@@ -139,6 +139,12 @@ def test_a_local_server_needs_no_key_and_a_resume_talks_to_the_journaled_server_
         assert [e.data for e in read_events(folder / "events.jsonl")
                 if e.type == "run.started"][-1]["endpoint"]["price"] == [2.0, 8.0, 0.5]
 
+        summary = json.loads(wb("show", session_id, "--json", "--sessions-dir", sessions).stdout)
+        assert summary["agent"] == "openai" and summary["model"] == MODEL
+        assert summary["endpoint"]["base_url"] == server.base_url
+        shown = wb("show", session_id, "--sessions-dir", sessions).stdout
+        assert f"model {MODEL} at {server.base_url}  price $2/$8 per million tokens in/out" in shown
+
         # show --prompt-at prints each request exactly as the server received it
         turns = [b for b in server.requests if is_turn(b)]
         sent = [turns[0]] + [b for previous, b in zip(turns, turns[1:]) if b != previous]

@@ -408,7 +408,7 @@ def _summary(state) -> dict[str, Any]:
         "last_seq": state.last_seq, "tool_calls": state.tool_calls, "elapsed_s": round(state.elapsed_at(), 3),
         "best": {"attempt": best.n, "speedup": best.speedup, "ms": best.ms,
                  "timing_comparable": best.timing_comparable} if best else None,
-        "budget": state.budget,
+        "budget": state.budget, "endpoint": state.endpoint or None,
     }
 
 
@@ -429,6 +429,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     best = summary["best"]
     print(f"{state.id}  task={state.task}  agent={state.agent}  device={state.device}  status={state.status}")
+    if state.endpoint:
+        price = state.endpoint.get("price")
+        print(f"model {state.model} at {state.endpoint.get('base_url')}"
+              + (f"  price ${price[0]:g}/${price[1]:g} per million tokens in/out" if price else "  no price set"))
     if state.stop_reason:
         print(f"stop reason: {state.stop_reason}")
     print(f"attempts {summary['attempts']}  tool calls {state.tool_calls}  events {state.events}  "

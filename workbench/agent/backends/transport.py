@@ -3,8 +3,8 @@
 A transport turns the neutral prompt (system text, tool specs, messages of neutral content blocks: text, tool_use
 with id/name/input, tool_result) into its API's request, streams one reply back as neutral blocks with neutral
 usage, classifies its failures, prices usage, and checks credentials and access before a session is made. The
-Anthropic Messages API is one implementation (backends/claude.py); an OpenAI-compatible chat-completions API is
-meant to be the second (issue #20). Transports journal nothing and never wait: retries, back-off and the journal
+Anthropic Messages API is one implementation (backends/claude.py), an OpenAI-compatible chat-completions API the
+second (backends/openai_chat.py). Transports journal nothing and never wait: retries, back-off and the journal
 belong to the conversation step.
 """
 
@@ -90,8 +90,8 @@ class Transport(Protocol):
         """Ask the API about `model` before a session is made.
 
         Returns:
-            None when the credential and model are accepted, else a warning when the check itself could not be
-            made (the run may still work).
+            None when the credential and model are accepted, else a one-line warning: the check itself could not
+            be made (the run may still work), or something to know before a long run (no price for the model).
 
         Raises:
             BackendError: the credential is rejected or the model is unknown.
