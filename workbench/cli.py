@@ -408,7 +408,7 @@ def _summary(state) -> dict[str, Any]:
         "last_seq": state.last_seq, "tool_calls": state.tool_calls, "elapsed_s": round(state.elapsed_at(), 3),
         "best": {"attempt": best.n, "speedup": best.speedup, "ms": best.ms,
                  "timing_comparable": best.timing_comparable} if best else None,
-        "budget": state.budget, "endpoint": state.endpoint or None,
+        "budget": state.budget, **({"endpoint": state.endpoint} if state.endpoint else {}),
     }
 
 
