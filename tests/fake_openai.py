@@ -140,7 +140,7 @@ def problems(body: dict[str, Any]) -> list[str]:
                     json.loads(call["function"]["arguments"])
                 except ValueError:
                     out.append(f"messages[{i}]: tool call {call['id']} arguments are not JSON")
-            if not message.get("tool_calls") and not message.get("content"):
+            if not message.get("tool_calls") and message.get("content") is None:
                 out.append(f"messages[{i}]: an assistant message needs content or tool_calls")
         elif role == "user" and not text_of(message):
             out.append(f"messages[{i}]: empty user message")

@@ -165,6 +165,7 @@ def test_malformed_arguments_are_tool_errors_and_calls_without_ids_still_run(tmp
         Reply(calls=[Call("", "read_task"), Call("", "read_kernel")], ids=False),
         Reply(calls=[Call("dup", "list_attempts"), Call("dup", "show_best")]),
         Reply(calls=[Call("r1", "read_file", {"path": "reference.py"})], repeat_names=True),
+        Reply(""),  # an empty reply: no text, no call
         Reply(calls=[Call("t6", "finish", {"reason": "done"})]),
     ]
     with FakeOpenAI(script, key=None) as server:
@@ -191,6 +192,9 @@ def test_malformed_arguments_are_tool_errors_and_calls_without_ids_still_run(tmp
     # a name repeated in every chunk is still one name
     assert [c["function"]["name"] for c in server.requests[4]["messages"][-3]["tool_calls"]] == ["read_file"]
     assert "def make_inputs" in server.requests[4]["messages"][-2]["content"]
+    # an empty reply goes back as empty text, and the model is told to call a tool
+    assert server.requests[5]["messages"][-2] == {"role": "assistant", "content": ""}
+    assert "You replied without calling a tool" in server.requests[5]["messages"][-1]["content"]
     files.close()
 
 
