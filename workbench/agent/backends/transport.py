@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
-from workbench.journal.events import Block, Endpoint, ToolUseBlock
+from workbench.journal.events import Block, ToolUseBlock
 
 if TYPE_CHECKING:
     from workbench.agent.context import Prompt
