@@ -86,8 +86,8 @@ def test_a_third_party_backend_is_found_and_runs_through_the_cli(installed, tmp_
     installed["echo"] = "wb_echo_backend:SPEC"
     assert registry.names() == ["tuner", "claude", "openai", "echo"]
     monkeypatch.setenv("WORKBENCH_KERNELS", str(TASKS))
-    monkeypatch.setattr("workbench.agent.evaluation.ProcessEvaluator",
-                        lambda device: FunctionEvaluator(lambda *a, **k: {}, device))
+    monkeypatch.setattr("workbench.agent.evaluation.ServiceEvaluator",
+                        lambda device, task=None: FunctionEvaluator(lambda *a, **k: {}, device))
     sessions = tmp_path / "sessions"
     code = cli.main(["run", "tiny", "--agent", "echo", "--headless", "--device", "cpu",
                      "--sessions-dir", str(sessions)])

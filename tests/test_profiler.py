@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from workbench.devices import peaks_for
 from workbench.profiler import advise, attribute, classify, diff, kernel_table, ncu, per_call_ms, provenance
 from workbench.profiler import kernels as kmod
 from workbench.profiler import summary
+
+H200 = peaks_for("NVIDIA H200")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "profiler"
 SEED_KERNELS = ["_softmax_loop", "_softmax_tile"]
@@ -193,24 +196,24 @@ def test_run_reports_permission_failure(tmp_path):
 
 def test_classify_bounds():
     n = 4096 * 4096
-    mem = classify(5 * n, 8 * n, 0.0367)  # the seed at S1 on the H200
+    mem = classify(5 * n, 8 * n, 0.0367, peaks=H200)  # the seed at S1 on the H200
     assert mem["bound"] == "memory" and mem["limit"] == "memory"
     assert mem["tb_s"] == pytest.approx(8 * n / 0.0367e-3 / 1e12)
     assert 0.8 < mem["fraction"] < 0.9 and mem["hard_fraction"] < mem["fraction"]
-    comp = classify(2 * 8192**3, 3 * 2 * 8192**2, 2.0)  # bf16 matmul 8192^3 at 550 TFLOP/s
+    comp = classify(2 * 8192**3, 3 * 2 * 8192**2, 2.0, peaks=H200)  # bf16 matmul 8192^3 at 550 TFLOP/s
     assert comp["bound"] == "compute" and comp["intensity"] > comp["ridge"]
-    lat = classify(5 * n, 8 * n, 0.5)
+    lat = classify(5 * n, 8 * n, 0.5, peaks=H200)
     assert lat["bound"] == "latency" and lat["fraction"] < 0.3
-    launch = classify(5 * 1024, 8 * 1024, 0.004)
+    launch = classify(5 * 1024, 8 * 1024, 0.004, peaks=H200)
     assert launch["bound"] == "launch"
-    eager = classify(5 * n, 8 * n, 0.2, wall_ms=0.9)
+    eager = classify(5 * n, 8 * n, 0.2, wall_ms=0.9, peaks=H200)
     assert eager["bound"] == "launch" and "eager wall time" in eager["reason"]
 
 
 def _profile(ms=0.1, **over):
     base = {
         "shapes": [{"name": "S1", "ms": ms, "calls": 5,
-                    "roofline": classify(5 * 4096 * 4096, 8 * 4096 * 4096, ms),
+                    "roofline": classify(5 * 4096 * 4096, 8 * 4096 * 4096, ms, peaks=H200),
                     "kernels": [{"name": "k", "kind": "kernel", "calls": 5, "grid": [64, 1, 1]}]}],
         "compile": [{"kernel": "k", "regs": 255, "spills": 12}],
         "ncu": {"rows": [{"kernel": "k", "metrics": {"occupancy_pct": 6.0, "theoretical_occupancy_pct": 12.5,
@@ -249,7 +252,7 @@ def test_stalls_rule_names_l2_and_stays_quiet_when_l2_is_the_busy_unit():
 
 def test_rules_quiet_on_a_healthy_profile():
     healthy = {"shapes": [{"name": "S1", "ms": 0.0367, "calls": 5,
-                           "roofline": classify(5 * 4096 * 4096, 8 * 4096 * 4096, 0.0367),
+                           "roofline": classify(5 * 4096 * 4096, 8 * 4096 * 4096, 0.0367, peaks=H200),
                            "kernels": [{"name": "k", "kind": "kernel", "calls": 5, "grid": [4096, 1, 1]}]}],
                "compile": [{"kernel": "k", "regs": 54, "spills": 0}]}
     assert advise(healthy) == []
@@ -261,7 +264,8 @@ def test_deltas_read_like_a_person_wrote_them():
     new = _profile(compile=[{"kernel": "k", "regs": 96, "spills": 0}],
                    ncu={"rows": [{"kernel": "k", "metrics": {"occupancy_pct": 38.0, "grid": 4096,
                                                              "dram_pct": 20.2}}]})
-    new["shapes"] = [{**old["shapes"][0], "ms": 0.04, "roofline": classify(5 * 4096 * 4096, 8 * 4096 * 4096, 0.04)}]
+    roof = classify(5 * 4096 * 4096, 8 * 4096 * 4096, 0.04, peaks=H200)
+    new["shapes"] = [{**old["shapes"][0], "ms": 0.04, "roofline": roof}]
     lines = diff(old, new)
     assert "k: occupancy 6% -> 38%" in lines
     assert "k: registers/thread 255 -> 96" in lines and "k: spills 12 -> 0" in lines
@@ -280,8 +284,9 @@ def test_summary_build_and_format():
                          "kernels": kernel_table(attribute(events("torch_events_seed_S1.json")))}},
             {"name": "S2", "role": "public", "ms": None}]
     profile = summary.build(task, rows, [{"kernel": "_softmax_tile", "regs": 54, "spills": 0, "shared": 16,
-                                          "num_warps": 4, "num_stages": 3}], 132)
+                                          "num_warps": 4, "num_stages": 3}], 132, "NVIDIA H200")
     assert [s["name"] for s in profile["shapes"]] == ["S1"]
+    assert "H200: 4.8 TB/s" in profile["source"] and "measured" in profile["source"]
     assert profile["shapes"][0]["roofline"]["bound"] == "memory"
     assert profile["findings"] == []
     text = "\n".join(summary.format_profile(profile))

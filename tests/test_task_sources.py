@@ -208,6 +208,15 @@ def test_task_new_refuses_a_shape_larger_than_the_gpu(tmp_path):
     no_half_task(tmp_path / "t", "huge")
 
 
+def test_calibrated_tolerances_are_written_with_two_significant_digits():
+    """task.toml says 4.8e-07, not 4.800000000000001e-07; and rounding goes up, never below the measured value."""
+    from workbench.tasks.scaffold import _round_up
+
+    for measured, written in [(4.77e-7, "4.8e-07"), (3.1415e-6, "3.2e-06"), (9.95e-5, "0.0001"), (0.0123, "0.013")]:
+        assert repr(_round_up(measured)) == written
+        assert _round_up(measured) >= measured
+
+
 # -- KernelBench ----------------------------------------------------------------------------------------------------
 KB_GEMM = '''
 import torch
@@ -307,6 +316,99 @@ def test_kernelbench_import_converts_problems_and_names_what_it_cannot(tmp_path)
     norm = load_task_dir(tmp_path / "kb" / "kb_2_conv_groupnorm")
     for shape in norm.shapes["cpu"]:  # the derived tuple followed the scaled sizes; groups still divide channels
         assert shape.params["channels"] % shape.params["groups"] == 0
+
+
+KB_CHAINED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A 3x3 conv, then a group norm: out_channels must stay a multiple of groups."""
+
+    def __init__(self, in_channels, out_channels, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3)
+        self.norm = nn.GroupNorm(groups, out_channels)
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+
+batch_size = 16
+in_channels = 8
+out_channels = 32
+groups = 8
+height = width = 96
+
+
+def get_inputs(**kwargs):
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, groups]
+'''
+
+
+def test_kernelbench_sizes_assigned_in_a_chain_are_scaled(tmp_path):
+    """`height = width = 96` makes two size params: without scaling them no CPU shape fits the interpreter."""
+    (tmp_path / "4_Conv_Chained.py").write_text(KB_CHAINED)
+    proc = wb("task", "import", "kernelbench", "4_Conv_Chained.py", "--tasks-dir", "kb", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from workbench.tasks import load_task_dir
+
+    task = load_task_dir(tmp_path / "kb" / "kb_4_conv_chained")
+    assert task.shapes["cuda"][0].params["height"] == 96 and task.shapes["cuda"][0].params["width"] == 96
+    for shape in task.shapes["cpu"]:
+        assert shape.params["height"] < 96 and shape.params["width"] < 96
+        assert shape.params["out_channels"] % shape.params["groups"] == 0
+
+
+KB_LITERAL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A strided 5x5 conv over RGB images whose side is written in get_inputs."""
+
+    def __init__(self, out_channels):
+        super().__init__()
+        self.conv = nn.Conv2d(3, out_channels, kernel_size=5, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+batch_size = 32
+out_channels = 24
+
+
+def get_inputs():
+    return [torch.rand(batch_size, 3, 160, 160)]
+
+
+def get_init_inputs():
+    return [out_channels]
+'''
+
+
+def test_kernelbench_sizes_written_as_literals_in_get_inputs_are_scaled(tmp_path):
+    """`torch.rand(batch_size, 3, 160, 160)`: 3 x 160 x 160 alone is over the interpreter's budget, so the literal
+    sides become params; the 3 (at most SMALL_PARAM) stays as written."""
+    (tmp_path / "5_Conv_Literal.py").write_text(KB_LITERAL)
+    proc = wb("task", "import", "kernelbench", "5_Conv_Literal.py", "--tasks-dir", "kb", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from workbench.tasks import load_task_dir
+
+    task = load_task_dir(tmp_path / "kb" / "kb_5_conv_literal")
+    first = task.shapes["cuda"][0].params
+    assert {k: first[k] for k in ("batch_size", "out_channels", "x_dim2", "x_dim3")} == {
+        "batch_size": 32, "out_channels": 24, "x_dim2": 160, "x_dim3": 160}
+    for shape in task.shapes["cpu"]:
+        assert shape.params["x_dim2"] < 160 and shape.params["x_dim3"] < 160
+    assert (task.dir / "problem.py").read_text() == KB_LITERAL  # the problem itself is copied unchanged
 
 
 # -- FlashInfer-Bench -------------------------------------------------------------------------------------------------

@@ -87,8 +87,8 @@ def test_floor_ms_uses_hard_peaks(tmp_path):
     task = load_task("demo", tmp_path)
     flops, nbytes = task.work("S1")
     assert (flops, nbytes) == (5 * 1024 * 4096, 8 * 1024 * 4096)
-    assert task.floor_ms("S1", "cuda") == pytest.approx(max(nbytes / 4.8e12, flops / 989e12) * 1e3)
-    assert task.floor_ms(task.shapes["cuda"][0]) == task.floor_ms("S1", "cuda")
+    assert task.floor_ms("S1", "cuda", "NVIDIA H200") == pytest.approx(max(nbytes / 4.8e12, flops / 989e12) * 1e3)
+    assert task.floor_ms(task.shapes["cuda"][0], gpu="NVIDIA H200") == task.floor_ms("S1", "cuda", "NVIDIA H200")
     assert task.floor_ms("C1", "cpu") is None
 
 
@@ -96,7 +96,7 @@ def test_flop_bound_floor(tmp_path):
     toml = GOOD_TOML.replace('flops = "5 * rows * cols"', 'flops = "2 * rows * cols * 100000"')
     make_task(tmp_path, toml)
     task = load_task("demo", tmp_path)
-    assert task.floor_ms("S1") == pytest.approx(2 * 1024 * 4096 * 100000 / 989e12 * 1e3)
+    assert task.floor_ms("S1", gpu="NVIDIA H200") == pytest.approx(2 * 1024 * 4096 * 100000 / 989e12 * 1e3)
 
 
 def test_public_view_hides_heldout(tmp_path):

@@ -140,10 +140,10 @@ def _endpoint_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _runtime(files, state, task, backend, *, device: str, budget):
     """The runtime for a run, with the evaluator and observer the device calls for (built here, owned by it)."""
-    from workbench.agent.evaluation import ProcessEvaluator, ncu_observer
+    from workbench.agent.evaluation import ServiceEvaluator, ncu_observer
     from workbench.agent.runtime import AgentRuntime
 
-    return AgentRuntime(files, state, task, backend, device=device, budget=budget, evaluator=ProcessEvaluator(device),
+    return AgentRuntime(files, state, task, backend, device=device, budget=budget, evaluator=ServiceEvaluator(device, task),
                         kernel_observer=ncu_observer if device == "cuda" else None)
 
 
@@ -174,8 +174,10 @@ def _baseline_name(task) -> str:
 
 def _goal(task, device: str, budget: dict[str, Any]) -> dict[str, Any]:
     """The goal contract journaled as goal.set: what the agent may see (no held-out shapes), pinned for the run."""
+    from workbench.devices import gpu_name
+
     return {
-        **task.public_view(),
+        **task.public_view(gpu_name() if device == "cuda" else None),
         "task": task.name,
         "device": device,
         "baseline": _baseline_name(task),
@@ -543,13 +545,16 @@ def _candidate(args: argparse.Namespace):
 
 
 def _evaluate(task, path: Path, **kwargs: Any) -> dict[str, Any]:
-    """workbench.evaluator.evaluate, with a usage error as a CliError."""
-    from workbench.evaluator import EvalUsageError, evaluate
+    """workbench.evaluator.evaluate, with a usage error (exit 2) or a failed evaluation service (exit 1) as a
+    CliError."""
+    from workbench.evaluator import EvalServiceError, EvalUsageError, evaluate
 
     try:
         return evaluate(task, path, **kwargs)
     except EvalUsageError as exc:
         raise CliError(str(exc)) from exc
+    except EvalServiceError as exc:  # the trusted side failed twice: not a usage error, not the candidate's verdict
+        raise CliError(str(exc), EXIT_FAIL) from exc
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -612,6 +617,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     lines.append(f"api key     {'set' if credential else 'not set (offline tuner agent)'}")
     lines.append(f"openai key  {'set' if os.environ.get('OPENAI_API_KEY') else 'not set (fine for a local server)'}")
     lines.append(f"sessions    {_sessions_dir(args).resolve()}")
+    from workbench.evaluator.isolation import report_lines
+
+    lines += report_lines()
     if importlib.util.find_spec("rich") is not None:
         from rich.console import Console
 

@@ -1,9 +1,9 @@
 """Evaluating attempts for the runtime: the evaluator it is given, the journal cache, the held-out gate of a new best,
 the outside-process kernel observer and the profile events.
 
-The evaluation itself is an injected `Evaluator` (protocol below): the CLI passes a ProcessEvaluator (a fresh
-process pair per candidate, the next pair prestarted while the agent thinks), a test a FunctionEvaluator, and the
-evaluation service of issue #16 fits the same protocol. `Evaluations` owns its lifetime: `close()` at the end of
+The evaluation itself is an injected `Evaluator` (protocol below): the CLI passes a ServiceEvaluator (the run's
+evaluation service of issue #16: one trusted process, a fresh candidate process per evaluation), a test a
+FunctionEvaluator. `Evaluations` owns its lifetime: `close()` at the end of
 a run closes it.
 
 Evaluations are synchronous today. The seam for several in flight (issue #17) is `Evaluations.evaluate`: a
@@ -49,36 +49,41 @@ class Evaluator(Protocol):
         ...
 
 
-class ProcessEvaluator:
-    """workbench.evaluator.evaluate, with the next evaluation's processes started while the agent thinks."""
+class ServiceEvaluator:
+    """The run's evaluation service (workbench.evaluator.EvaluationService, issue #16): one trusted process for the
+    run (reference, baseline, oracle outputs), a fresh candidate process per evaluation, the next one started while
+    the agent thinks."""
 
-    def __init__(self, device: str) -> None:
-        from workbench.evaluator.prestart import Prestarter
-
+    def __init__(self, device: str, task: "Task | None" = None) -> None:
         self.device = device
-        """"cpu" or "cuda", as the session evaluates."""
-        self._prestarter = Prestarter()
-        self._start()
+        """"cpu", "cuda" or "auto", as the session evaluates."""
+        self._services: dict[str, Any] = {}
+        if task is not None:
+            self._service(task, start_only=True)  # starts now, while the backend prepares its first step
 
-    def _start(self) -> None:
-        """Start the first evaluation's pair now (not for a device the evaluation will reject in its own words)."""
-        from workbench.evaluator.device import resolve_device
-        from workbench.evaluator.errors import EvalUsageError
+    def _service(self, task: "Task", *, start_only: bool = False) -> Any:
+        from workbench.evaluator import EvalUsageError, EvaluationService
 
-        try:
-            self._prestarter.replenish(resolve_device(self.device))
-        except (EvalUsageError, OSError):
-            pass  # an unknown device, or no processes to spare now: the evaluation starts its own
+        service = self._services.get(task.name)
+        if service is None:
+            try:
+                service = EvaluationService(task, self.device)
+            except (EvalUsageError, OSError):
+                if start_only:
+                    return None  # an unknown device, or no processes to spare: the evaluation says so itself
+                raise
+            self._services[task.name] = service
+        return service
 
     def evaluate(self, task: "Task", path: Path, *, heldout: bool = False) -> EvalResult:
-        """One evaluation in a fresh process pair (a prestarted one when ready)."""
-        from workbench.evaluator import evaluate
-
-        return evaluate(task, path, device=self.device, heldout=heldout, prestarter=self._prestarter)  # type: ignore[return-value]
+        """One evaluation through the task's service."""
+        return self._service(task).evaluate(path, heldout=heldout)
 
     def close(self) -> None:
-        """Stop the prestarted pair, if any (it exits when its stdin closes)."""
-        self._prestarter.close()
+        """Stop the services and their waiting candidate processes."""
+        for service in self._services.values():
+            service.close()
+        self._services.clear()
 
 
 class FunctionEvaluator:

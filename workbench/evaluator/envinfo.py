@@ -53,6 +53,15 @@ def smi_query() -> dict[str, Any]:
     return {}
 
 
+def quick_clocks() -> dict[str, Any]:
+    """Clocks, temperature, power and throttle reasons now: NVML in-process (about 30 us), else nvidia-smi."""
+    try:
+        row = nvml.query()
+    except Exception:  # noqa: BLE001 - NVML is optional; nvidia-smi still answers
+        row = None
+    return row or smi_query()
+
+
 def throttled(row: dict[str, Any]) -> str | None:
     """The active throttle reasons other than idle, as hex, or None when the clocks were free."""
     raw = row.get("throttle.active")

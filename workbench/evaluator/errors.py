@@ -11,3 +11,8 @@ class EvalUsageError(Exception):
 
     The CLI maps it to exit status 2.
     """
+
+
+class EvalServiceError(Exception):
+    """The trusted side failed twice on one evaluation (the service died, hung, or its baseline or oracle failed),
+    with a restart in between: not the candidate's fault. The message says what happened both times."""

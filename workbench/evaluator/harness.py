@@ -1,147 +1,128 @@
-"""The trusted process: makes inputs, computes reference and baseline, drives the candidate worker, checks and times.
+"""The trusted evaluation service process: the task's reference and baseline, oracle outputs, and the timing.
 
-Run as ``python -m workbench.evaluator.harness DEVICE`` with its JSON config on stdin. Expected outputs exist only here;
-the worker draws the same inputs with the task's make_inputs (compared by fingerprint) and sends back its outputs
-through a shared slab, to be checked here. The harness reports measurements (never a verdict of "ok") to the parent
-evaluator over a pipe the parent owns.
+Run as ``python -m workbench.evaluator.harness DEVICE`` with its JSON configuration on stdin; it lives as long as
+its owner (workbench.evaluator.service) wants, and serves evaluations one after another. It imports the task's
+reference and baseline once, warms up (compiles, autotunes) the baseline once per shape, keeps the oracle's outputs
+for the secret seed pool in bounded memory (never on disk), and between evaluations prepares what the next one
+will need: baseline warm-ups, oracle outputs, fresh timing sets. Each evaluation arrives on a Unix socket with the
+pipe ends of a fresh, pre-started candidate process (workbench.evaluator.worker); candidate code never runs here.
+The service reports steps and measurements (never a verdict of "ok") to its owner over a pipe the owner holds.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import importlib.util
 import json
-import math
-import random
+import select
+import socket
 import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-PROFILE_CALLS = 5
-"""Calls per shape recorded with torch.profiler (CUDA): the kernel table and the independent timer."""
-BASELINE_PROFILE_CALLS = 2
-"""Baseline calls per shape recorded, for its kernel names (HARNESS.md: record what the baseline ran)."""
-AGREEMENT_WARN = 0.10
-AGREEMENT_WARN_US = 5.0
-"""Warn when the event median, less the measured window overhead, and the profiler's kernel sum differ by more than
-10% and more than 5 us. Events include about 3 us per call that kernel durations do not (H200, constant across
-shapes: launch and completion around the kernel), which alone is over 10% of an 18 us kernel."""
-TINY_CALLS = 8
-"""One-element kernels profiled to measure a timed window's fixed overhead."""
-GRAPH_MIN_REPS = 50
-"""CUDA-graph reps per side per shape at least (half the event reps otherwise)."""
-ESCAPE_RATIO = 0.5
-"""An event median under this fraction of the profiler's kernel sum means work ran outside the timed window."""
+from workbench.evaluator import limits
+from workbench.evaluator.channel import Channel, WorkerLost
+from workbench.evaluator.oracle import OracleCache, Prepared
+from workbench.evaluator.trusted import Baseline, ShapeState
+from workbench.evaluator.seeds import SeedPool
+from workbench.evaluator.stats import StopRule
+
+REQUEST_BYTES = 1 << 20
+"""Largest request the owner sends (a JSON object; its pipe ends travel beside it)."""
+BASELINE_WARM_CALLS = 3
+"""Calls that warm the baseline up on a shape (the first compiles and autotunes); the later ones time it."""
 
 
-class WorkerLost(Exception):
-    """The candidate process closed its pipe or sent garbage: it died, or it is not playing by the protocol."""
+class ServiceFault(Exception):
+    """A failure of the trusted side (the baseline or the oracle), not of any candidate."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        """"baseline", "oracle" or "inputs"."""
 
 
-def _import_file(path: str, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-class Harness:
-    """One evaluation: load, correctness over shapes x seeds, interleaved timing with spot checks, profiling."""
+class Service:
+    """The service's state and its request loop."""
 
     def __init__(self, cfg: dict[str, Any]):
         self.cfg = cfg
-        self.fd_parent = cfg["fd_parent"]
-        self.device = cfg["device"]
-        self.stage: dict[str, Any] = {"stage": "startup"}
-        self.rng = random.Random()
-        self.warnings: list[str] = []
-        self.generate = True
+        self.device: str = cfg["device"]
+        self.channel = Channel(cfg["fd_parent"])
+        self.requests = socket.socket(fileno=cfg["fd_requests"])
+        self.task_hash: str = cfg["task_hash"]
+        self.outputs: list[str] = list(cfg["outputs"])
+        self.tols: list[float] = list(cfg["tols"])
+        self.shapes: dict[str, ShapeState] = {}
+        self.pool = SeedPool(int(cfg["seeds"]), secret=bool(cfg["secret"]), refresh_every=int(cfg["refresh_every"]))
+        self.stop_rule = StopRule(target=float(cfg["precision"]))
+        for group in cfg["groups"]:
+            for shape in group["shapes"]:
+                state = ShapeState(shape["name"], group["group"], group["role"], dict(shape["params"]))
+                state.limits = self._limits(state)
+                self.shapes[shape["name"]] = state
+        self.fresh_count = int(cfg["fresh_sets"])
+        """Fresh timing sets per shape per evaluation."""
+        self.cache = OracleCache(int(cfg["cache_bytes"]))
+        self.timing_cpu: int | None = cfg["cpus"][0] if cfg.get("cpus") else None
+        """The CPU the service pins itself to while it times (the candidate process gets the second)."""
+        self.torch: Any = None
+        self.reference: Any = None
+        self.baseline: Baseline | None = None
+        self.timer: Any = None
         self.env: dict[str, Any] = {}
-        self._tell_lock = threading.Lock()  # the environment thread reports beside the main one
+        self._env_thread: threading.Thread | None = None
+        self._overhead: float | None | bool = False
+        """The timed window's fixed overhead (profiling.launch_overhead), measured once; False until then."""
+        self._precompiled = False
+        self.precompiled: dict[str, Any] | None = None
+        """What the parallel precompile took on this machine (None when it did not run)."""
+        self.evaluations = 0
+        self.idle_work = True
+        """Whether an idle step may still find something to prepare."""
 
-    # -- channels ------------------------------------------------------------------------------------------------
+    # -- start -------------------------------------------------------------------------------------------------
 
-    def tell(self, msg: dict[str, Any]) -> None:
-        """Send a JSON message to the parent."""
-        from workbench.evaluator import wire
-
-        with self._tell_lock:
-            wire.write_frame(self.fd_parent, wire.dump_json(msg))
-
-    def progress(self, stage: str, budget: str, **where: Any) -> None:
-        """Announce what the worker is about to do, so a timeout can say where it hung."""
-        self.stage = {"stage": stage, **where}
-        self.tell({"type": "stage", "budget_s": self.cfg["budgets"][budget], **self.stage})
-
-    def ask(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Send a request to the worker and wait for its reply (the parent enforces the deadline).
-
-        Raises:
-            WorkerLost: the pipe closed or the reply is not a JSON status dict.
-        """
-        from workbench.evaluator import wire
-
-        try:
-            wire.write_frame(self.cfg["fd_worker_out"], wire.dump_json(msg))
-            frame = wire.read_frame(self.cfg["fd_worker_in"], 1 << 28)
-        except (BrokenPipeError, wire.WireError) as exc:
-            raise WorkerLost(str(exc)) from None
-        if frame is None:
-            raise WorkerLost("the candidate process closed its pipe")
-        try:
-            reply = json.loads(frame)
-        except ValueError as exc:
-            raise WorkerLost(f"the candidate process sent an unreadable reply ({exc})") from None
-        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-            raise WorkerLost("the candidate process sent a reply that is not a status dict")
-        return reply
-
-    def tensors(self, packed: Any) -> Any:
-        """Tensors the worker put in its slab, copied onto this device.
-
-        Raises:
-            WorkerLost: a descriptor that does not fit the slab (the other side is misbehaving).
-        """
-        from workbench.evaluator import slab
-
-        try:
-            return self.slab_in.unpack(packed, self.device)
-        except slab.SlabError as exc:
-            raise WorkerLost(f"the candidate process sent a bad tensor descriptor ({exc})") from None
-
-    # -- setup ---------------------------------------------------------------------------------------------------
-
-    def setup(self) -> bool:
+    def start(self) -> bool:
+        """Import torch, the reference and the baseline, make the timer; tell the owner ready (or why not)."""
         import torch
 
-        from workbench.evaluator import slab
+        from workbench.evaluator import timing
+        from workbench.evaluator.loading import import_file
 
         self.torch = torch
         if self.device == "cuda":
             if not torch.cuda.is_available():
-                self.tell({"type": "usage_error", "message": "CUDA was requested but torch.cuda.is_available() is False"})
+                self.channel.tell({"type": "usage_error",
+                                   "message": "CUDA was requested but torch.cuda.is_available() is False"})
                 return False
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-        # nvidia-smi takes a while: collect the environment beside the first requests instead of before them.
+        # nvidia-smi takes a while: collect the environment beside the first evaluation instead of before it.
         self._env_thread = threading.Thread(target=self._collect_env, name="envinfo", daemon=True)
         self._env_thread.start()
-        self.slab_out, self.slab_in = slab.Slab(self.cfg["slab_out"]), slab.Slab(self.cfg["slab_in"])
         task_dir = str(Path(self.cfg["reference"]).parent)
         sys.path.insert(0, task_dir)  # a reference may import helpers from its own task folder
-        self.reference = _import_file(self.cfg["reference"], "workbench_task_reference")
-        self.baseline_name = "reference"
-        self.baseline_fn = self.reference.forward
-        if self.cfg.get("baseline"):
-            base = _import_file(self.cfg["baseline"], "workbench_task_baseline")
-            if base.available():
-                self.baseline_name = str(base.NAME)
-                self.baseline_fn = base.forward
-            else:
-                self.warnings.append(f"baseline {getattr(base, 'NAME', '?')} unavailable here; timed against the reference")
+        try:
+            self.reference = import_file(self.cfg["reference"], "workbench_task_reference")
+            self.baseline = Baseline("reference", self.reference.forward)
+            if self.cfg.get("baseline"):
+                before = set(sys.modules)
+                base = import_file(self.cfg["baseline"], "workbench_task_baseline")
+                if base.available():
+                    self.baseline = Baseline(str(base.NAME), base.forward, autotuned=_autotunes(
+                        set(sys.modules) - before))
+                else:
+                    self.baseline.note = (f"baseline {getattr(base, 'NAME', '?')} unavailable here; timed against "
+                                          "the reference")
+        except Exception as exc:  # noqa: BLE001 - a broken task folder: a usage error with the reason
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self.channel.tell({"type": "usage_error", "message": f"the task's reference or baseline failed to import: "
+                               f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"[:500]})
+            return False
+        self.timer = timing.Timer(self.device)
+        self.channel.tell({"type": "ready", "baseline": self.baseline.name})
         return True
 
     def _collect_env(self) -> None:
@@ -152,500 +133,413 @@ class Harness:
         except Exception as exc:  # noqa: BLE001 - the environment report must never fail an evaluation
             self.env = {"device": self.device, "error": f"{type(exc).__name__}: {exc}"[:200]}
         try:
-            self.tell({"type": "env", "env": self.env})  # early, so a crash or a timeout still names the GPU
+            self.channel.tell({"type": "env", "env": self.env})  # early, so a crash or a timeout still names the GPU
         except OSError:
             pass
 
-    # -- correctness ---------------------------------------------------------------------------------------------
+    # -- trusted steps ------------------------------------------------------------------------------------------
 
-    def _expected(self, inputs: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-        from workbench.evaluator import checks, inputs as inputs_mod
+    def groups(self, heldout: bool) -> list[dict[str, Any]]:
+        """The shape groups an evaluation runs: the public one, then the held-out one when asked."""
+        return [g | {"shapes": [s["name"] for s in g["shapes"]]} for g in self.cfg["groups"]
+                if g["role"] == "public" or heldout]
 
-        ref = checks.as_outputs(self.reference.forward(**inputs_mod.clone(inputs)))
-        names = self.cfg["outputs"]
-        if len(ref) != len(names):
-            raise RuntimeError(f"reference returned {len(ref)} outputs, task.toml lists {len(names)}")
-        for name, t in zip(names, ref):
-            checks.check_reference(name, t)
-        return ref, checks.expected_dtypes(self.reference, inputs, ref)
+    def inputs(self, shape: ShapeState, seed: int) -> dict[str, Any]:
+        """make_inputs for one seed on this device (deterministic: the candidate process draws the same)."""
+        return self.reference.make_inputs(dict(shape.params), seed, self.device)
 
-    def check_shape(self, row: dict[str, Any], shape: dict[str, Any], key: int) -> dict[str, Any] | None:
-        """Correctness of one shape over every seed; returns a worker failure that ends the evaluation.
-
-        Even-numbered seeds compute the reference before the candidate runs, odd ones after (HARNESS.md C1:
-        both orders), and each seed's inputs and expected outputs are kept as the shape's timing pool.
-        """
-        from workbench.evaluator import checks, inputs as inputs_mod
-
-        names, tols = self.cfg["outputs"], self.cfg["tols"]
-        row.update(correct=None, rel_err=None, baseline_rel_err=None, seeds_checked=0, problem=None)
-        # Worst error per output over the seeds, candidate and baseline: outputs have their own tolerances.
-        cand_by: dict[str, float] = {}
-        base_by: dict[str, float] = {}
-        pool: list[dict[str, Any]] = []
-        self.kept[key] = {"sets": pool, "params": shape["params"]}
-        dtypes: list[Any] = []
-        specs: list[dict[str, Any]] = []
-        for index, seed in enumerate(self.cfg["seeds"]):
-            inputs = self.reference.make_inputs(dict(shape["params"]), seed, self.device)
-            expected = None
-            if index % 2 == 0 or not specs:
-                expected, dtypes = self._expected(inputs)
-                specs = self._specs(expected, dtypes)
-            msg: dict[str, Any] = {"op": "run", "key": key, "index": index, "params": shape["params"], "seed": seed,
-                                   "specs": specs}
-            if not self.generate:
-                msg["inputs"] = self.slab_out.pack(inputs)
-            self.progress("forward", "call", group=row["group"], shape=shape["name"], seed=seed)
-            reply = self.ask(msg)
-            if not reply["ok"]:
-                if reply.get("verdict") == "incorrect":
-                    row.update(correct=False, problem=f"seed {seed}: {reply.get('message')}")
-                    return None
-                return reply
-            if expected is None:
-                expected, dtypes = self._expected(inputs)
-            base_out = checks.as_outputs(self.baseline_fn(**inputs_mod.clone(inputs)))
-            for out_name, r, b in zip(names, expected, base_out):
-                base_by[out_name] = max(base_by.get(out_name, 0.0), checks.rel_rms(r, b))
-            row["baseline_rel_err"] = max(base_by.values(), default=0.0)
-            if self.generate and reply.get("fingerprint") != inputs_mod.fingerprint(inputs):
-                return {"verdict": "forbidden", "message": "the inputs in the candidate process differ from the "
-                        "harness's (fingerprint mismatch): make_inputs was altered there, or it is not deterministic"}
-            row["seeds_checked"] += 1
-            row.setdefault("call_ms", []).append(round(float(reply.get("ms", 0.0)), 3))  # the first holds compiles
-            if reply.get("mutated"):
-                row.update(correct=False, problem=f"seed {seed}: forward modified its input(s) "
-                                                  f"{', '.join(map(str, reply['mutated']))} in place")
-                return None
-            outs = self.tensors(reply["outputs"])
-            verdict = checks.compare(outs, reply["meta"], expected, dtypes, names, tols, self.device)
-            for out_name, err in verdict["rel_err"].items():
-                if err is not None:
-                    err = err if err == err else math.inf  # NaN compares false with everything; inf sorts last
-                    row["rel_err"] = err if row["rel_err"] is None else max(row["rel_err"], err)
-                    cand_by[out_name] = max(cand_by.get(out_name, 0.0), err)
-            if not verdict["ok"]:
-                row.update(correct=False, problem=f"seed {seed}: {verdict['problem']}")
-                return None
-            if reply.get("ops"):
-                row.update(forbidden=reply["ops_message"], ops=reply["ops"])
-                return None
-            pool.append({"inputs": inputs, "expected": expected})
-            del outs
-        self.kept[key]["dtypes"] = dtypes
-        row["correct"] = True
-        row["rel_err_by_output"], row["baseline_rel_err_by_output"] = cand_by, base_by
-        self._precision(row, shape["name"], dict(zip(names, tols)))
-        return None
-
-    def _specs(self, expected: list[Any], dtypes: list[Any]) -> list[dict[str, Any]]:
-        return [{"shape": list(t.shape), "dtype": str(d).removeprefix("torch.")} for t, d in zip(expected, dtypes)]
-
-    def _precision(self, row: dict[str, Any], name: str, tols: dict[str, float]) -> None:
-        """Compare the candidate's error with the baseline's on the same inputs, output by output, each against its
-        own tolerance (HARNESS.md L2)."""
-        from workbench.evaluator.verdict import PRECISION_RATIO, PRECISION_TOL_FRACTION
-
-        cand_by, base_by = row.get("rel_err_by_output") or {}, row.get("baseline_rel_err_by_output") or {}
-        ratios = {}
-        for out, tol in tols.items():
-            cand, base = cand_by.get(out), base_by.get(out)
-            if base is not None and base > 0.8 * tol:
-                self.warnings.append(f"{name}: the baseline's own error on {out}, {base:.2g}, is above 0.8x its "
-                                     f"tolerance {tol:.2g}")
-            if cand is None or base is None:
-                continue
-            ratios[out] = cand / base if base > 0 else (math.inf if cand > 0 else 1.0)
-            if ratios[out] > PRECISION_RATIO and cand > PRECISION_TOL_FRACTION * tol:
-                row["precision_flag"] = True
-                self.warnings.append(f"{name}: candidate error on {out}, {cand:.2g}, is {ratios[out]:.3g}x the "
-                                     f"baseline's {base:.2g} (lower precision than the baseline?)")
-        if ratios:
-            row["err_ratio"] = max(ratios.values())
-
-    # -- timing --------------------------------------------------------------------------------------------------
-
-    def _plan(self, n: int, sets: int, previous: int | None) -> list[int]:
-        """Input sets for n reps: random, never the same set twice in a row (a result cache then always misses)."""
-        plan: list[int] = []
-        last = previous
-        for _ in range(n):
-            choices = [i for i in range(sets) if i != last] or [0]
-            last = self.rng.choice(choices)
-            plan.append(last)
-        return plan
-
-    def _spot(self, kept: dict[str, Any], plan: list[int], spots: list[dict[str, Any]], seed: int) -> str | None:
-        """Compare kept outputs of timed reps with the expected outputs of the input set each rep used."""
-        from workbench.evaluator import checks, inputs as inputs_mod
-
-        torch = self.torch
-        for spot in spots:
-            rep = int(spot["rep"])
-            expected = kept["sets"][plan[rep]]["expected"]
-            values = spot["outputs"]
-            if len(values) != len(expected):
-                return f"timed call {rep} returned {len(values)} value(s), expected {len(expected)}"
-            for j, (got, ref) in enumerate(zip(values, expected)):
-                name = self.cfg["outputs"][j]
-                if not isinstance(got, torch.Tensor):
-                    return f"timed call {rep}: output {name} is not a torch.Tensor"
-                flat = ref.reshape(-1)
-                idx = inputs_mod.subset_index(flat.numel(), seed + j).to(flat.device)
-                want = flat[idx]
-                if got.shape != want.shape:
-                    return f"timed call {rep}: output {name} has {got.numel()} checked values, expected {want.numel()}"
-                bad = int((~torch.isfinite(got)).sum()) if got.is_floating_point() else 0
-                err = checks.rel_rms(want, got) if want.numel() else 0.0
-                if bad or not err <= self.cfg["tols"][j]:
-                    why = f"{bad} NaN/inf" if bad else f"rel_rms {err:.3g} > tol {self.cfg['tols'][j]:.3g}"
-                    return (f"spot check of timed call {rep} failed on output {name} ({why}): timed calls must "
-                            "compute the result for their own inputs (no caching, deferral or drift)")
-        return None
-
-    def time_shape(self, row: dict[str, Any], key: int, order: int) -> dict[str, Any] | None:
-        """Warm up both sides, then alternate blocks of baseline and candidate reps; spot-check and re-validate."""
-        from workbench.evaluator import checks, inputs as inputs_mod, timing
-
-        kept = self.kept[key]
-        sets = kept["sets"]
-        base_buf = inputs_mod.clone(sets[0]["inputs"])
-        cuda = self.device == "cuda"
-        if cuda:
-            warm_n = self.rng.randint(3, 8)  # random, so warm-up and measurement look alike (HARNESS.md T4)
-            self.progress("warmup", "time", group=row["group"], shape=row["name"])
-            reply = self.ask({"op": "warmup", "key": key, "n": warm_n})
-            if not reply["ok"]:
-                return reply
-            est = max(float(reply["ms"]), self.timer.warmup(self.baseline_fn, base_buf, warm_n))
-        else:
-            est = 0.0  # the interpreter was warmed by the correctness calls and gets a fixed rep count
-        reps = timing.plan_reps(est, self.device)
-        blocks = min(self.cfg["blocks"], reps) if cuda else reps
-        per_block = max(1, math.ceil(reps / blocks))
-        cand_ms: list[float] = []
-        cand_wall: list[float] = []
-        base_ms: list[float] = []
-        base_wall: list[float] = []
-        checked = 0
-        sides = ["candidate", "baseline"] if order % 2 == 0 else ["baseline", "candidate"]
-        self.progress("timing", "time", group=row["group"], shape=row["name"])
-        previous: int | None = None
-        problem = None
-        after = 0
-        for _ in range(blocks):
-            plan = self._plan(per_block, len(sets), previous)
-            previous = plan[-1]
-            after = self._plan(1, len(sets), plan[-1])[0] if cuda else plan[-1]
-            for side in sides:
-                if side == "candidate":
-                    check = [self.rng.randrange(per_block)]
-                    subset_seed = self.rng.randrange(1 << 30)
-                    reply = self.ask({"op": "time", "key": key, "plan": plan, "check": check,
-                                      "subset_seed": subset_seed, "after": after})
-                    if not reply["ok"]:
-                        return reply
-                    cand_ms += [float(x) for x in reply["ms"]]
-                    cand_wall += [float(x) for x in reply["wall"]]
-                    problem = problem or self._spot(kept, plan, self.tensors(reply["spots"]), subset_seed)
-                    checked += len(check)
-                else:
-                    def refill(i: int, plan: list[int] = plan) -> None:
-                        inputs_mod.refill(base_buf, sets[plan[i]]["inputs"])
-
-                    ms, _ = self.timer.block(self.baseline_fn, base_buf, per_block, refill=refill)
-                    base_ms += ms
-                    if cuda:
-                        wall, _ = self.timer.isolated(
-                            self.baseline_fn, base_buf, refill=lambda i: inputs_mod.refill(base_buf, sets[after]["inputs"]))
-                        base_wall.append(wall)
-                    else:
-                        base_wall += ms
-        self.progress("revalidate", "call", group=row["group"], shape=row["name"])
-        reply = self.ask({"op": "output", "key": key})
-        if not reply["ok"]:
-            return reply
-        outs = self.tensors(reply["outputs"])
-        ref = sets[int(reply.get("set", after))]["expected"]
-        verdict = checks.compare(outs, reply["meta"], ref, kept["dtypes"], self.cfg["outputs"], self.cfg["tols"],
-                                 self.device)
-        if reply.get("mutated"):
-            problem = problem or f"forward modified its input(s) {', '.join(map(str, reply['mutated']))} during timing"
-        elif not verdict["ok"]:
-            problem = problem or f"after the timing loop: {verdict['problem']}"
-        c, b = timing.summarize(cand_ms), timing.summarize(base_ms)
-        row.update(
-            ms=c["median"], ms_iqr=c["iqr"], ms_min=c["min"],
-            baseline_ms=b["median"], baseline_ms_iqr=b["iqr"],
-            wall_ms=timing.summarize(cand_wall)["median"], baseline_wall_ms=timing.summarize(base_wall)["median"],
-            reps=len(cand_ms), revalidated=problem is None, spot_checks=checked,
-        )
-        if problem:
-            row.update(correct=False, problem=problem)
-            return None
-        if cuda and self.cfg.get("graph"):
-            return self.time_graph(row, key, sides, max(GRAPH_MIN_REPS, len(cand_ms) // 2), blocks)
-        return None
-
-    def time_graph(self, row: dict[str, Any], key: int, sides: list[str], reps: int,
-                   blocks: int) -> dict[str, Any] | None:
-        """CUDA-graph timing of both sides, interleaved in blocks like the event timing (task option / --graph).
-
-        Each side's forward is captured once on its timing buffers and replayed with fresh inputs and a flush
-        before every rep. The candidate's last replay is spot-checked; a side that cannot be captured, or whose
-        replay is wrong, gets no graph figure and a warning (the event timing stands on its own).
-        """
-        from workbench.evaluator import inputs as inputs_mod, timing
-
-        kept = self.kept[key]
-        sets = kept["sets"]
-        self.progress("graph", "time", group=row["group"], shape=row["name"])
-        base_buf = inputs_mod.clone(sets[0]["inputs"])
-        try:
-            self.timer.warmup(self.baseline_fn, base_buf, 1)
-            base_graph, _ = self.timer.capture(self.baseline_fn, base_buf)
-        except Exception as exc:  # noqa: BLE001 - reported, the event timing stands
-            self.torch.cuda.synchronize()
-            base_graph = None
-            row["baseline_graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        per_block = max(1, math.ceil(reps / blocks))
-        cand: list[float] = []
-        base: list[float] = []
-        previous: int | None = None
-        for _ in range(blocks):
-            plan = self._plan(per_block, len(sets), previous)
-            previous = plan[-1]
-            for side in sides:
-                if side == "candidate" and "graph_error" not in row:
-                    seed = self.rng.randrange(1 << 30)
-                    reply = self.ask({"op": "graph", "key": key, "plan": plan, "subset_seed": seed})
-                    if not reply["ok"]:
-                        return reply
-                    if "graph_error" in reply:
-                        row["graph_error"] = reply["graph_error"]
-                        continue
-                    wrong = self._spot(kept, plan, self.tensors(reply["spots"]), seed)
-                    if wrong:
-                        row["graph_error"] = f"graph replay: {wrong}"
-                        continue
-                    cand += [float(x) for x in reply["ms"]]
-                elif side == "baseline" and base_graph is not None:
-                    def refill(i: int, plan: list[int] = plan) -> None:
-                        inputs_mod.refill(base_buf, sets[plan[i]]["inputs"])
-
-                    base += self.timer.graph_block(base_graph, per_block, refill=refill)
-        for name, error, ms in (("graph_ms", "graph_error", cand), ("baseline_graph_ms", "baseline_graph_error", base)):
-            if ms and not row.get(error):
-                stats = timing.summarize(ms)
-                row[name], row[name + "_iqr"] = stats["median"], stats["iqr"]
-        for name in ("graph_error", "baseline_graph_error"):
-            if row.get(name):
-                side = "candidate" if name == "graph_error" else "baseline"
-                self.warnings.append(f"{row['name']}: no CUDA-graph time for the {side}: {row[name]}")
-        return None
-
-    # -- profile -------------------------------------------------------------------------------------------------
-
-    def profile(self, rows: list[dict[str, Any]], keys: dict[str, int]) -> dict[str, Any] | None:
-        """Record a few calls per shape with torch.profiler, candidate and baseline, each side in one session.
-
-        Gives the kernel table, the provenance check (only the candidate's Triton kernels, on the caller's stream)
-        and an independent timer (the kernel sum per call) to hold against the CUDA-event median.
-        """
-        from workbench.evaluator import inputs as inputs_mod
-        from workbench.profiler import capture, kernels
-
-        self.launch_overhead_ms = self._launch_overhead()
-        plans = {row["name"]: self._plan(PROFILE_CALLS, len(self.kept[keys[row["name"]]]["sets"]), None)
-                 for row in rows}
-        calls = [(keys[row["name"]], i) for row in rows for i in plans[row["name"]]]
-        self.progress("profile", "time", group=rows[0]["group"], shape=rows[0]["name"])
-        reply = self.ask({"op": "profile", "calls": calls})
-        if not reply["ok"]:
-            return reply
-        windows = kernels.attribute(reply["events"])
-        self.compile_stats = list(reply.get("compile", []))
-        jobs = []
-        for row in rows:
-            sets = self.kept[keys[row["name"]]]["sets"]
-            buf = inputs_mod.clone(sets[0]["inputs"])
-            for i in plans[row["name"]][:BASELINE_PROFILE_CALLS]:
-                def prepare(buf: dict[str, Any] = buf, src: dict[str, Any] = sets[i]["inputs"]) -> None:
-                    inputs_mod.refill(buf, src)
-                    self.timer.flush()
-
-                jobs.append((self.baseline_fn, buf, prepare))
-        base_windows = kernels.attribute(capture.capture(jobs)) if self.cfg.get("profile_baseline", True) else []
-        for n, row in enumerate(rows):
-            mine = windows[n * PROFILE_CALLS:(n + 1) * PROFILE_CALLS]
-            self._judge_profile(row, mine)
-            if base_windows:
-                theirs = base_windows[n * BASELINE_PROFILE_CALLS:(n + 1) * BASELINE_PROFILE_CALLS]
-                row["profile"]["baseline_kernels"] = kernels.kernel_table(theirs)
-        return None
-
-    def _launch_overhead(self) -> float | None:
-        """The flushed event window of a one-element kernel minus that kernel's own (profiled) duration, in ms.
-
-        This is the fixed cost of a timed window (front-end launch, completion, event records; about 3 us on the
-        H200), which kernel durations exclude: it separates an honest gap between the two timers from work that
-        escaped one of them.
-        """
-        import statistics
-
-        from workbench.profiler import capture, kernels
-
-        floor = getattr(self.timer, "floors", {}).get("tiny_kernel_window_ms")
-        if floor is None:
-            return None
-        tiny = self.torch.zeros(1, dtype=self.torch.int32, device="cuda")
-        jobs = [(lambda t=tiny: t.zero_(), {}, self.timer.flush) for _ in range(TINY_CALLS)]
-        sums = [ms for ms in kernels.per_call_ms(kernels.attribute(capture.capture(jobs))) if ms > 0]
-        return max(0.0, floor - statistics.median(sums)) if sums else None
-
-    def _judge_profile(self, row: dict[str, Any], calls: list[list[dict[str, Any]]]) -> None:
-        from workbench.profiler import kernels
-
-        sums = kernels.per_call_ms(calls)
-        kernel_ms = sorted(sums)[len(sums) // 2] if sums else None
-        row["profile"] = {"calls": len(calls), "kernel_ms": kernel_ms, "kernels": kernels.kernel_table(calls)}
-        problems = kernels.provenance(calls, self.cfg["jit_names"])
-        if problems and "forbidden" not in row:
-            row["forbidden"] = f"{self.cfg['display']}: {problems[0]}"
-        ms = row.get("ms")
-        if not (kernel_ms and ms):
-            return
-        ratio = ms / kernel_ms
-        row["profile"]["event_vs_kernel"] = ratio
-        row["profile"]["event_overhead_us"] = (ms - kernel_ms) * 1e3
-        overhead = getattr(self, "launch_overhead_ms", None)
-        if overhead is not None:
-            # What every event window holds beyond kernel durations, measured apart: with it taken off, the two
-            # timers should agree whatever the kernel's length.
-            row["profile"]["launch_overhead_us"] = overhead * 1e3
-            row["profile"]["event_net_vs_kernel"] = (ms - overhead) / kernel_ms
-        if ratio < ESCAPE_RATIO and "forbidden" not in row:
-            row["forbidden"] = (f"{self.cfg['display']}: the timed window saw {ms:.4g} ms but the profiler saw "
-                                f"{kernel_ms:.4g} ms of GPU work per call: work escaped the timed window")
-        else:
-            net = ms - (overhead or 0.0)
-            if abs(net / kernel_ms - 1) > AGREEMENT_WARN and abs(net - kernel_ms) * 1e3 > AGREEMENT_WARN_US:
-                self.warnings.append(f"{row['name']}: CUDA-event median {ms:.4g} ms (less {1e3 * (overhead or 0):.1f} "
-                                     f"us of window overhead) and profiler kernel sum {kernel_ms:.4g} ms differ by "
-                                     f"{100 * abs(net / kernel_ms - 1):.0f}%")
-
-    # -- main ----------------------------------------------------------------------------------------------------
-
-    def run(self) -> None:
-        if not self.setup():
-            return
-        self.kept: dict[Any, Any] = {}
-        self.compile_stats: list[dict[str, Any]] = []
-        self.progress("load", "load")
-        reply = self.ask({"op": "load"})
-        rows: list[dict[str, Any]] = []
-        if not reply["ok"]:
-            self.finish(rows, reply)
-            return
-        self.generate = bool(reply.get("generate"))
-        keys: dict[str, int] = {}
-        for group in self.cfg["groups"]:
-            for shape in group["shapes"]:
-                row = {"name": shape["name"], "group": group["group"], "role": group["role"]}
-                rows.append(row)
-                keys[shape["name"]] = len(keys)
-                failure = self.check_shape(row, shape, keys[shape["name"]])
-                if failure:
-                    self.finish(rows, failure)
-                    return
-                if row.get("forbidden"):
-                    self.finish(rows, None)
-                    return
-        if any(r["correct"] is False for r in rows):
-            self.finish(rows, None)
-            return
-        from workbench.evaluator import envinfo, timing
-
-        sampler = None
+    def _sync(self) -> None:
         if self.device == "cuda":
-            timing.pin_cpu(0)
-            sampler = envinfo.ClockSampler()
-            sampler.start()
-        self.timer = timing.Timer(self.device)
-        failure = None
-        try:
-            for order, row in enumerate(rows):
-                failure = self.time_shape(row, keys[row["name"]], order)
-                if failure or row.get("correct") is False:
-                    break
-            if not failure and self.device == "cuda" and rows and all(r.get("correct") for r in rows):
-                failure = self.profile(rows, keys)
-        finally:
-            if sampler is not None:
-                self.clocks_during = sampler.stop()
-        self.finish(rows, failure)
+            self.torch.cuda.synchronize()
 
-    def finish(self, rows: list[dict[str, Any]], failure: dict[str, Any] | None) -> None:
+    def warm(self, shape: ShapeState) -> None:
+        """Warm the baseline up on a shape (compile, autotune) and time its call; once per shape per service.
+
+        Raises:
+            ServiceFault: the baseline failed on the shape.
+        """
+        if shape.warm:
+            return
+        import time
+
+        from workbench.evaluator import inputs as inputs_mod
+
+        assert self.baseline is not None
+        self._precompile()
+        self.channel.announce("baseline", limits.TRUSTED_S["baseline"], trusted=True, shape=shape.name,
+                              group=shape.group)
+        try:
+            inputs = self.inputs(shape, self.pool.seeds(shape.name)[0])
+            times = []
+            for _ in range(BASELINE_WARM_CALLS):
+                buf = inputs_mod.clone(inputs)
+                t0 = time.perf_counter()
+                self.baseline.fn(**buf)
+                self._sync()
+                times.append((time.perf_counter() - t0) * 1e3)
+        except Exception as exc:  # noqa: BLE001 - the trusted side's failure, reported as such
+            self._recover_memory(exc)
+            shape.error = f"baseline {self.baseline.name} failed on shape {shape.name}: {type(exc).__name__}: {exc}"
+            raise ServiceFault("baseline", shape.error[:500]) from None
+        shape.baseline_ms = min(times[1:] or times)
+        shape.warm, shape.error = True, None
+        shape.limits = self._limits(shape)
+
+    def _limits(self, shape: ShapeState) -> limits.ShapeLimits:
+        """A shape's limits from its baseline's call time (the floor until the baseline is warm)."""
+        checked = self.pool.size + 1  # the correctness seeds and the re-validation
+        return limits.shape_limits(shape.baseline_ms, self.device, checked, self.stop_rule.max_side_ms)
+
+    def _precompile(self) -> None:
+        """On a machine that never ran this baseline: compile its autotuning configs for every shape at once, in
+        parallel processes (precompile.py), before the first warm-up autotunes on a quiet GPU. Once per service."""
+        if self._precompiled or self.device != "cuda" or self.baseline is None or not self.baseline.autotuned:
+            return
+        self._precompiled = True
+        import subprocess
+        import time
+
+        from workbench.evaluator import precompile
+
+        marker = precompile.marker_path(self.task_hash)
+        if marker.exists():
+            return
+        shapes = [s.params for s in self.shapes.values() if s.role == "public" or self.cfg.get("prepare_heldout")]
+        self.channel.announce("precompile", limits.TRUSTED_S["baseline"], trusted=True)
+        started = time.monotonic()
+        procs = precompile.spawn({"reference": self.cfg["reference"], "baseline": self.cfg["baseline"],
+                                  "task_dir": str(Path(self.cfg["reference"]).parent)}, shapes)
+        ok = 0
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(1.0, started + limits.TRUSTED_S["baseline"] - time.monotonic()))
+                ok += proc.returncode == 0
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.precompiled = {"shapes": len(procs), "ok": ok, "s": round(time.monotonic() - started, 3)}
+        if ok == len(procs):
+            marker.touch()
+
+    def expected(self, shape: ShapeState, seed: int, slot: int) -> Prepared:
+        """The oracle's outputs for a pool seed, from the cache or computed now (then cached)."""
+        key = (self.task_hash, shape.name, seed)
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = self._prepare(shape, seed, slot, with_baseline=True)
+            self.cache.put(key, entry)
+        return entry
+
+    def fresh_sets(self, shape: ShapeState, n: int) -> list[Prepared]:
+        """n timing sets no evaluation has used: prepared ahead where there are any, else made now."""
+        out = []
+        while shape.fresh and len(out) < n:
+            out.append(shape.fresh.popleft())
+        while len(out) < n:
+            slot = len(out)
+            out.append(self._prepare(shape, self.pool.fresh(shape.name, slot), slot, with_baseline=False))
+        self.idle_work = True
+        return out
+
+    def _prepare(self, shape: ShapeState, seed: int, slot: int, *, with_baseline: bool) -> Prepared:
+        """Run the oracle (and the baseline, for its own error) on one seed's inputs; one retry after freeing
+        the cache when the GPU runs out of memory.
+
+        Raises:
+            ServiceFault: the oracle failed (or ran out of memory twice), or the baseline failed.
+        """
+        for attempt in (1, 2):
+            self.channel.announce("oracle", limits.TRUSTED_S["oracle"], trusted=True, shape=shape.name,
+                                  group=shape.group, seed=slot)
+            try:
+                return self._prepare_once(shape, seed, with_baseline)
+            except ServiceFault:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the trusted side's failure, reported as such
+                oom = self._recover_memory(exc)
+                if oom and attempt == 1:
+                    continue
+                what = "ran out of memory" if oom else f"failed ({type(exc).__name__}: {exc})"
+                raise ServiceFault("oracle", f"the oracle {what} on shape {shape.name}"[:500]) from None
+        raise AssertionError("unreachable")
+
+    def _prepare_once(self, shape: ShapeState, seed: int, with_baseline: bool) -> Prepared:
+        from workbench.evaluator import checks, inputs as inputs_mod
+
+        inputs = self.inputs(shape, seed)
+        fingerprint = inputs_mod.fingerprint(inputs)
+        ref = checks.as_outputs(self.reference.forward(**inputs_mod.clone(inputs)))
+        if len(ref) != len(self.outputs):
+            raise RuntimeError(f"reference returned {len(ref)} outputs, task.toml lists {len(self.outputs)}")
+        for name, t in zip(self.outputs, ref):
+            checks.check_reference(name, t)
+        dtypes = checks.expected_dtypes(self.reference, inputs, ref)
+        base_err: dict[str, float] = {}
+        if with_baseline:
+            self.warm(shape)
+            try:
+                base_out = checks.as_outputs(self.baseline.fn(**inputs_mod.clone(inputs)))  # type: ignore[union-attr]
+            except Exception as exc:  # noqa: BLE001
+                self._recover_memory(exc)
+                raise ServiceFault("baseline", f"baseline {self.baseline.name} failed on shape {shape.name}: "  # type: ignore[union-attr]
+                                   f"{type(exc).__name__}: {exc}"[:500]) from None
+            for name, r, b in zip(self.outputs, ref, base_out):
+                base_err[name] = checks.rel_rms(r, b)
+        nbytes = sum(t.numel() * t.element_size() for t in ref)
+        self._sync()
+        return Prepared(seed, ref, dtypes, fingerprint, base_err, nbytes)
+
+    def _recover_memory(self, exc: BaseException) -> bool:
+        """After a failure on the trusted side: if it was out-of-memory, drop every cached output and the
+        allocator's cache (the next attempt gets the room). Returns whether it was."""
+        oom = isinstance(exc, self.torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+        if oom:
+            self.cache.clear()
+            for shape in self.shapes.values():
+                shape.fresh.clear()
+        self._release_memory()
+        return oom
+
+    def _release_memory(self) -> None:
+        """Give the allocator's cached blocks back to the GPU, where the next candidate process needs them."""
+        if self.device == "cuda":
+            try:
+                self.torch.cuda.synchronize()
+                self.torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001 - the context itself is broken: the health check will say so
+                pass
+
+    def launch_overhead(self) -> float | None:
+        """The timed window's fixed overhead (measured at the first profile; profiling.launch_overhead)."""
+        from workbench.evaluator.phases import profiling
+
+        if self._overhead is False:
+            self._overhead = profiling.launch_overhead(self.timer)
+        return self._overhead  # type: ignore[return-value]
+
+    def healthy(self) -> bool:
+        """A small kernel and a sync on the service's own context (after a candidate process faulted)."""
+        if self.device != "cuda":
+            return True
+        try:
+            t = self.torch.ones(1 << 12, device="cuda")
+            return float(t.sum()) == float(1 << 12)
+        except Exception:  # noqa: BLE001
+            return False
+
+    # -- an evaluation ------------------------------------------------------------------------------------------
+
+    def prepare_for(self, ev: Any) -> None:
+        """Before the candidate's checks: the evaluation's time limit, from each shape's limits (a shape whose
+        baseline is not warm yet counts with the floor; check_shape warms it, and its own steps use its real
+        limits). Shapes that failed in idle time get one more try."""
+        chosen = [self.shapes[name] for g in self.groups(ev.request["heldout"]) for name in g["shapes"]]
+        for shape in chosen:
+            shape.error = None
+        per_shape = {s.name: s.limits for s in chosen}
+        total = limits.evaluation_limit(list(per_shape.values()), self.device)
+        ev.limits = limits.as_dict(per_shape, total)
+        self.channel.tell({"type": "limits", "evaluation_s": total})
+
+    def finish(self, ev: Any, failure: dict[str, Any] | None, elapsed: float) -> None:
         """Send the final measurements; a worker failure (compile error, crash, forbidden) rides along."""
         from workbench.evaluator import envinfo, timing
 
         if failure is not None:
+            if failure.get("fatal"):  # a CUDA fault in the candidate process: is our own context still sound?
+                ev.healthy = self.healthy()
             failure = {"verdict": failure.get("verdict", "crash"), "message": str(failure.get("message", ""))[:2000],
-                       "stage": dict(self.stage)}
-        thread = getattr(self, "_env_thread", None)
-        if thread is not None:
-            thread.join(timeout=30)
+                       "stage": dict(self.channel.stage)}
+        if self._env_thread is not None:
+            self._env_thread.join(timeout=30)
         env = dict(self.env)
-        during = getattr(self, "clocks_during", None)
-        if during is not None:
-            env["clocks_during"] = during
-            reason = envinfo.throttled(during)
+        warnings = list(ev.warnings)
+        if self.baseline is not None and self.baseline.note:
+            warnings.insert(0, self.baseline.note)
+        if ev.clocks_before:
+            env["clocks_before"] = ev.clocks_before
+        if ev.clocks_during is not None:
+            env["clocks_during"] = ev.clocks_during
+            reason = envinfo.throttled(ev.clocks_during)
             if reason:
-                self.warnings.append(f"GPU clocks were throttled during timing (reasons {reason})")
-        moved = sum(getattr(self, name).bytes_moved for name in ("slab_in", "slab_out") if hasattr(self, name))
-        self.tell({
+                warnings.append(f"GPU clocks were throttled during timing (reasons {reason})")
+        moved = sum(s.bytes_moved for s in (ev.slab_in, ev.slab_out) if s is not None)
+        after = self.cache.stats.as_dict()
+        cuda = self.device == "cuda"
+        self.channel.tell({
             "type": "result",
             "failure": failure,
-            "rows": rows,
+            "rows": ev.rows,
             "env": env,
-            "baseline": getattr(self, "baseline_name", None),
-            "compile": getattr(self, "compile_stats", []),
+            "baseline": self.baseline.name if self.baseline else None,
+            "compile": ev.compile_stats,
+            "compiles": list(self.channel.compiles),
             "timing": {
-                "method": "cuda events around each call; before each rep the inputs are refilled with another seed's "
-                          "values and L2 is flushed, outside the window; reps enqueued back to back, device-wide "
-                          "sync per block; interleaved A/B blocks; one isolated host-timed call per block"
-                if self.device == "cuda" else "host perf_counter (Triton interpreter), not comparable",
-                "flush_mb": timing.FLUSH_BYTES >> 20 if self.device == "cuda" else 0,
-                "flush_ms": getattr(getattr(self, "timer", None), "flush_ms", None),
-                **getattr(getattr(self, "timer", None), "floors", {}),
-                "blocks": self.cfg["blocks"] if self.device == "cuda" else 1,
-                "inputs": "generated in both processes, fingerprint-checked" if self.generate else "sent via slab",
+                "method": "cuda events around each call; before each rep the inputs are refilled with one of this "
+                          "evaluation's fresh input sets and L2 is flushed, outside the window; reps enqueued back "
+                          "to back, device-wide sync per block; interleaved A/B blocks until the speedup's 95% "
+                          "interval is within the precision target; one isolated host-timed call per block"
+                if cuda else "host perf_counter (Triton interpreter), not comparable",
+                "precision_target": self.stop_rule.target if cuda else None,
+                "min_reps": self.stop_rule.min_reps if cuda else None,
+                "flush_mb": timing.FLUSH_BYTES >> 20 if cuda else 0,
+                "flush_ms": getattr(self.timer, "flush_ms", None),
+                **(self.timer.floors if self.timer is not None else {}),
+                "inputs": ("generated in both processes, fingerprint-checked" if ev.generate else "sent via slab"),
                 "slab_mb": round(moved / 2**20, 1),
             },
-            "warnings": self.warnings,
+            "seeds": {"secret": self.pool.secret, "pool": self.pool.size, "fresh_sets": self.fresh_count,
+                      "refresh_every": self.pool.refresh_every},
+            "cache": {k: after[k] - ev.cache_before[k] for k in ("hits", "misses", "evictions")}
+                     | {"bytes": after["bytes"], "entries": after["entries"]},
+            "limits": ev.limits,
+            "worker": ev.worker_info,
+            "service": {"evaluations": self.evaluations + 1, "elapsed_s": round(elapsed, 3),
+                        **({"precompiled": self.precompiled} if self.precompiled else {})},
+            "warnings": warnings,
+            "healthy": ev.healthy,
         })
-        try:
-            from workbench.evaluator import wire
 
-            wire.write_frame(self.cfg["fd_worker_out"], wire.dump_json({"op": "exit"}))
-        except OSError:
-            pass
+    def serve_evaluation(self, request: dict[str, Any], fds: list[int]) -> None:
+        """One evaluation, from the candidate process's pipe ends to the final message."""
+        from workbench.evaluator import phases, slab
+
+        self.channel.eval_id = int(request["id"])
+        ev = phases.Evaluation(self, request)
+        healthy = True
+        try:
+            if len(fds) != 2:
+                raise WorkerLost(f"the evaluation request carried {len(fds)} pipe ends, not 2")
+            self.channel.attach(fds[0], fds[1])
+            ev.slab_out, ev.slab_in = slab.Slab(request["slab_to_worker"]), slab.Slab(request["slab_to_service"])
+            phases.run(ev)
+            healthy = ev.healthy
+        except WorkerLost as exc:
+            healthy = self.healthy()
+            self.channel.tell({"type": "worker_lost", "detail": str(exc), "stage": self.channel.stage,
+                               "healthy": healthy})
+        except ServiceFault as exc:
+            healthy = self.healthy()
+            self.channel.tell({"type": "fault", "kind": exc.kind, "message": str(exc), "stage": self.channel.stage,
+                               "healthy": healthy})
+        except Exception as exc:  # noqa: BLE001 - reported to the owner, which restarts the service
+            self.channel.tell({"type": "harness_error", "message": f"{type(exc).__name__}: {exc}"[:500],
+                               "traceback": traceback.format_exc(limit=8)[-4000:], "stage": self.channel.stage})
+            healthy = False
+        finally:
+            self.channel.detach()
+            for s in (ev.slab_in, ev.slab_out):
+                if s is not None:
+                    s.close()
+            self.channel.eval_id = None
+            self.evaluations += 1
+            self.pool.after_evaluation(self.evaluations)
+            for name, seed in self.pool.retired:
+                self.cache.discard((self.task_hash, name, seed))
+            self.pool.retired.clear()
+            del ev
+            self._release_memory()
+            self.idle_work = True
+        if not healthy:
+            raise SystemExit(4)  # the owner sees the pipe close and starts a new service
+
+    # -- idle time -----------------------------------------------------------------------------------------------
+
+    def _next_idle_job(self) -> tuple[ShapeState, Callable[[], object]] | None:
+        """The next thing worth preparing, in order: public shapes first (baseline warm-up, the pool's oracle
+        outputs, then the next evaluation's timing sets), held-out shapes after them when the service prepares
+        them. None when everything is ready or the memory budget is full."""
+        chosen = [s for s in self.shapes.values() if s.role == "public"]
+        if self.cfg.get("prepare_heldout"):
+            chosen += [s for s in self.shapes.values() if s.role != "public"]
+        for shape in chosen:
+            if shape.error:
+                continue
+            if not shape.warm:
+                return shape, lambda shape=shape: self.warm(shape)
+            for slot, seed in enumerate(self.pool.seeds(shape.name)):
+                if (self.task_hash, shape.name, seed) not in self.cache:
+                    return shape, lambda shape=shape, seed=seed, slot=slot: self.expected(shape, seed, slot)
+        stocked = sum(p.nbytes for s in self.shapes.values() for p in s.fresh)
+        for shape in chosen:
+            if shape.error or len(shape.fresh) >= self.fresh_count:
+                continue
+            if self.cache.stats.bytes + stocked > self.cache.budget_bytes:
+                return None
+            slot = len(shape.fresh)
+
+            def stock(shape: ShapeState = shape, slot: int = slot) -> None:
+                seed = self.pool.fresh(shape.name, slot)
+                shape.fresh.append(self._prepare(shape, seed, slot, with_baseline=False))
+
+            return shape, stock
+        return None
+
+    def idle_step(self) -> bool:
+        """Prepare one thing the next evaluation will need; False when nothing is left.
+
+        A failure is remembered on its shape and reported as a fault; the evaluation that needs the shape tries
+        once more.
+        """
+        job = self._next_idle_job()
+        if job is None:
+            self.channel.announce("idle", None, trusted=True)
+            return False
+        shape, work = job
+        try:
+            work()
+        except ServiceFault as exc:
+            shape.error = str(exc)
+            self.channel.tell({"type": "fault", "kind": exc.kind, "message": str(exc), "idle": True})
+        return True
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    def serve(self) -> int:
+        """Serve requests until the owner says exit or goes away; prepare in between."""
+        while True:
+            wait = 0.0 if self.idle_work else None
+            ready, _, _ = select.select([self.requests], [], [], wait)
+            if not ready:
+                self.idle_work = self.idle_step()
+                continue
+            data, fds, _, _ = socket.recv_fds(self.requests, REQUEST_BYTES, 4)
+            if not data:
+                return 0
+            request = json.loads(data)
+            if request.get("op") == "exit":
+                return 0
+            if request.get("op") == "evaluate":
+                self.serve_evaluation(request, list(fds))
+
+
+def _autotunes(modules: set[str]) -> bool:
+    """Whether any of these modules holds a Triton autotuner (a kernel library's autotuned kernels)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return False
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is not None and any(isinstance(v, Autotuner) for v in list(vars(module).values())):
+            return True
+    return False
 
 
 def _preload(device: str) -> None:
-    """What every evaluation on `device` needs, done before the configuration arrives (see prestart)."""
+    """What every evaluation on `device` needs, done before the configuration arrives."""
     import torch
 
     from workbench.evaluator import checks, envinfo, inputs, slab, timing, wire  # noqa: F401
+    from workbench.evaluator import phases  # noqa: F401
 
     if device == "cuda" and torch.cuda.is_available():
         torch.cuda.init()
 
 
 def main() -> int:
-    """Entry point: preload for the device named on the command line, read the config from stdin, run, and
-    report any failure of our own as harness_error."""
+    """Entry point: preload for the device named on the command line, read the configuration from stdin, start,
+    serve; a failure of our own is reported as harness_error."""
     faulthandler.enable()
     if len(sys.argv) != 2:
         print("usage: python -m workbench.evaluator.harness DEVICE  (configuration as JSON on stdin)", file=sys.stderr)
@@ -653,19 +547,21 @@ def main() -> int:
     _preload(sys.argv[1])
     text = sys.stdin.read()
     if not text.strip():
-        return 0  # a pre-started pair that was never used
-    cfg = json.loads(text)
-    harness = Harness(cfg)
+        return 0
+    service = Service(json.loads(text))
     try:
-        harness.run()
-    except WorkerLost as exc:
-        harness.tell({"type": "worker_lost", "detail": str(exc), "stage": harness.stage})
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which owns the verdict
-        tb = traceback.format_exc(limit=8)
-        harness.tell({"type": "harness_error", "message": f"{type(exc).__name__}: {exc}"[:500],
-                      "traceback": tb[-4000:], "stage": harness.stage})
+        if not service.start():
+            return 0
+        return service.serve()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except BaseException as exc:  # noqa: BLE001 - reported to the owner, which decides what to do
+        try:
+            service.channel.tell({"type": "harness_error", "message": f"{type(exc).__name__}: {exc}"[:500],
+                                  "traceback": traceback.format_exc(limit=8)[-4000:], "stage": service.channel.stage})
+        except OSError:
+            pass
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,20 +1,19 @@
-"""Evaluator process pairs started ahead of need, so an evaluation does not wait for two torch imports.
+"""Candidate processes started ahead of need, so an evaluation does not wait for a torch import.
 
-An evaluation runs in a trusted harness and a candidate worker, each a fresh process. Most of their start-up
-(interpreter, torch, triton, the CUDA context, Triton's first launch, the environment report) depends only on the
-device, so a pair can be started before anyone knows which candidate it will run: each process imports and warms
-up, then blocks reading its configuration on stdin. An evaluation takes a ready pair, writes the two
-configurations, and the pair is used exactly once, as a cold pair would be. Nothing of one candidate can reach the
-next, since no process outlives its evaluation.
+Every candidate runs in a fresh worker process. Most of a worker's start-up (interpreter, torch, triton, the CUDA
+context, Triton's first launch) depends only on the device, so a worker can be started before anyone knows which
+candidate it will run: it isolates itself, imports and warms up, says "ready" on its reply pipe, then blocks
+reading its configuration on stdin. An evaluation takes a ready worker, writes the configuration, and the worker
+serves that evaluation only. Nothing of one candidate can reach the next, since no worker outlives its evaluation.
 
-A `Prestarter` keeps one such pair per device. It starts the next pair only when asked (`replenish`, after an
-evaluation ends), never while one is timing kernels, so the imports of a starting pair cannot disturb a
-measurement. A pair left unused exits when its stdin closes (the owner closes it, or dies).
+A `Prestarter` keeps one such worker per evaluation service. The service starts the next one as soon as the current
+evaluation has its own (`replenish`): it imports on CPUs the timing processes do not use and touches no GPU until
+told (`warm`), which the service does once the current evaluation's timing is over (a context created during a
+timed block disturbs it). A worker left unused exits when its stdin closes (the owner closes it, or dies).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -23,10 +22,11 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
 
-from workbench.evaluator import wire
+from workbench.evaluator import isolation, wire
 
+WARM_LINE = b"warm"
+"""What the owner writes on a waiting worker's stdin to have it touch the GPU now (context, Triton's first launch)."""
 SHM_DIR = "/dev/shm"
 SHM_MIN_FREE = 4 << 30
 """The tensor slabs go to shared memory when it has this much room (a container's default /dev/shm is 64 MB);
@@ -43,36 +43,6 @@ def _slab_dir(tmp: Path) -> Path:
     return tmp
 
 
-def child_env(device: str) -> dict[str, str]:
-    """The children's environment: this checkout first on the path, faulthandler on, the interpreter for CPU."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONFAULTHANDLER"] = "1"
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not quietly use a GPU
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    return env
-
-
-def _spawn(module: str, device: str, fds: tuple[int, ...], log: Path, cwd: Path,
-           env: dict[str, str]) -> subprocess.Popen:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", module, device],
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            pass_fds=fds,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,  # its own process group, so a timeout kills everything it started
-        )
-
-
 def kill_group(proc: subprocess.Popen) -> None:
     """Kill the child's whole process group (anything the candidate left running), then reap the child.
 
@@ -85,82 +55,132 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-class Pair:
-    """One harness and one worker, started for `device`, waiting for their configurations.
+def status(proc: subprocess.Popen) -> int | None:
+    """The child's exit status in Popen's convention (-N for signal N), or None while it runs.
+
+    It peeks without reaping, so the pid, and with it the process-group id, stays reserved until kill_group.
+    """
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status
+
+
+class WorkerProcess:
+    """One candidate process started for `device`, waiting for its configuration.
 
     Attributes:
         tmp: the evaluation's private folder (mode 0700); the worker runs in tmp/candidate.
         slabs: where the tensor slabs go (shared memory when roomy, else tmp).
-        parent_in: the one pipe end this process keeps: the harness's messages (EOF when it dies).
+        service_fds: the pipe ends the evaluation service talks to the worker through (requests out, replies
+            in); handed to the service, then closed here.
     """
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True):
         self.device = device
         self.tmp = Path(tempfile.mkdtemp(prefix="workbench-eval-"))
         self.cand_dir = self.tmp / "candidate"
         self.cand_dir.mkdir()
         self.slabs = _slab_dir(self.tmp)
-        self.procs: list[subprocess.Popen] = []
-        self.parent_in: int | None = None
+        self.log = self.tmp / "worker.log"
+        self.proc: subprocess.Popen | None = None
+        self.service_fds: tuple[int, int] | None = None
+        self.warmed = False
+        """Whether it was told to warm up (warm())."""
         self.closed = False
         try:
-            self._start()
+            self._start(cpus, netns)
         except BaseException:
             self.discard()
             raise
 
-    def _start(self) -> None:
-        h2w_r, h2w_w = os.pipe()
-        w2h_r, w2h_w = os.pipe()
-        h2p_r, h2p_w = os.pipe()
-        self.parent_in = h2p_r
-        children_ends = (h2w_r, h2w_w, w2h_r, w2h_w, h2p_w)
+    def _start(self, cpus: set[int] | None, netns: bool) -> None:
+        to_worker_r, to_worker_w = os.pipe()
+        from_worker_r, from_worker_w = os.pipe()
         try:
-            for fd in (h2w_w, w2h_w):
+            for fd in (to_worker_w, from_worker_w):
                 wire.widen(fd)
-            env = child_env(self.device)
-            self.worker_log = self.tmp / "worker.log"
-            self.harness_log = self.tmp / "harness.log"
-            self.worker = _spawn("workbench.evaluator.worker", self.device, (h2w_r, w2h_w), self.worker_log,
-                                 self.cand_dir, env)
-            self.procs.append(self.worker)
-            self.harness = _spawn("workbench.evaluator.harness", self.device, (h2w_w, w2h_r, h2p_w),
-                                  self.harness_log, self.tmp, env)
-            self.procs.append(self.harness)
-        finally:
-            for fd in children_ends:  # only the children hold these now: EOF means death
+            argv = [sys.executable, "-m", "workbench.evaluator.worker", self.device, str(to_worker_r),
+                    str(from_worker_w)]
+            if netns:
+                argv.append("--netns")
+            with self.log.open("wb") as out:
+                self.proc = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                    pass_fds=(to_worker_r, from_worker_w), cwd=self.cand_dir,
+                    env=isolation.candidate_env(self.device),
+                    start_new_session=True,  # its own process group, so a timeout kills everything it started
+                )
+        except BaseException:
+            for fd in (to_worker_r, to_worker_w, from_worker_r, from_worker_w):
                 os.close(fd)
-        self.worker_fds = (h2w_r, w2h_w)
-        """The worker's (requests in, replies out) descriptor numbers, as inherited."""
-        self.harness_fds = (h2w_w, w2h_r, h2p_w)
-        """The harness's (to worker, from worker, to parent) descriptor numbers, as inherited."""
-
-    def alive(self) -> bool:
-        return not self.closed and all(p.poll() is None for p in self.procs)
-
-    def send(self, worker_cfg: dict[str, Any], harness_cfg: dict[str, Any]) -> None:
-        """Hand each child its configuration (it has been waiting on stdin); a child already gone is not an
-        error here: the harness's pipe then reports the death, with the log tail, like any other."""
-        for proc, cfg in ((self.worker, worker_cfg), (self.harness, harness_cfg)):
+            raise
+        finally:
+            if self.proc is not None:
+                for fd in (to_worker_r, from_worker_w):  # only the worker holds these now: EOF means its death
+                    os.close(fd)
+        self.service_fds = (to_worker_w, from_worker_r)
+        if cpus:
             try:
-                proc.stdin.write(json.dumps(cfg).encode())  # type: ignore[union-attr]
-                proc.stdin.close()  # type: ignore[union-attr]
-            except (BrokenPipeError, OSError):
+                os.sched_setaffinity(self.proc.pid, cpus)
+            except (AttributeError, OSError):
                 pass
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return not self.closed and self.proc is not None and self.proc.poll() is None
+
+    def warm(self) -> None:
+        """Have the waiting worker create its CUDA context and launch Triton once now (it waits for this, or for
+        its configuration, before touching the GPU)."""
+        if self.warmed or self.proc is None or self.proc.stdin is None:
+            return
+        self.warmed = True
+        try:
+            self.proc.stdin.write(WARM_LINE + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def configure(self, cfg_json: bytes) -> None:
+        """Hand the worker its configuration (it has been waiting on stdin); a worker already gone is not an error
+        here: its pipe then reports the death to the service, and its log tail says why."""
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(cfg_json + b"\n")
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def release_service_fds(self) -> None:
+        """Close this process's copies of the service's pipe ends (once the service holds its own)."""
+        if self.service_fds is not None:
+            for fd in self.service_fds:
+                os.close(fd)
+            self.service_fds = None
+
     def discard(self, keep_dir: bool = False) -> None:
-        """Kill both process groups, close our pipe ends, remove the private folders (unless keep_dir)."""
+        """Kill the worker's process group, close our pipe ends, remove the private folders (unless keep_dir)."""
         self.closed = True
-        for proc in self.procs:
-            if proc.stdin is not None and not proc.stdin.closed:
+        if self.proc is not None:
+            if self.proc.stdin is not None and not self.proc.stdin.closed:
                 try:
-                    proc.stdin.close()
+                    self.proc.stdin.close()
                 except OSError:
                     pass
-            kill_group(proc)
-        if self.parent_in is not None:
-            os.close(self.parent_in)
-            self.parent_in = None
+            kill_group(self.proc)
+        self.release_service_fds()
         if self.slabs != self.tmp:
             shutil.rmtree(self.slabs, ignore_errors=True)
         if not keep_dir:
@@ -168,41 +188,52 @@ class Pair:
 
 
 class Prestarter:
-    """Keeps one started pair per device for the next evaluation; thread-safe, so a UI thread may close it."""
+    """Keeps one started worker for the next evaluation; thread-safe, so another thread may close it."""
 
-    def __init__(self) -> None:
-        self._ready: dict[str, Pair] = {}
+    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True) -> None:
+        self.device = device
+        self.cpus = cpus
+        """CPUs a waiting worker may use: the machine's less the timing processes' (None: all)."""
+        self.netns = netns
+        self._ready: WorkerProcess | None = None
         self._lock = threading.Lock()
         self.hits = 0
-        """Evaluations that found a ready pair (a pair that died while waiting counts as a miss)."""
+        """Evaluations that found a ready worker (one that died while waiting counts as a miss)."""
 
-    def take(self, device: str) -> Pair | None:
-        """The ready pair for device, if it is still alive; the caller owns it from here."""
+    def take(self) -> WorkerProcess:
+        """A worker for the next evaluation: the waiting one if it is still alive, else a new one (cold)."""
         with self._lock:
-            pair = self._ready.pop(device, None)
-        if pair is not None and not pair.alive():
-            pair.discard()
-            pair = None
-        if pair is not None:
+            worker, self._ready = self._ready, None
+        if worker is not None and not worker.alive():
+            worker.discard()
+            worker = None
+        if worker is not None:
             self.hits += 1
-        return pair
+            return worker
+        return WorkerProcess(self.device, cpus=self.cpus, netns=self.netns)
 
-    def replenish(self, device: str) -> None:
-        """Start a pair for device unless one is ready. Call when no evaluation is timing on this device."""
+    def replenish(self) -> None:
+        """Start a worker unless one is waiting. Call when nothing is being timed on this device."""
         with self._lock:
-            if device in self._ready:
+            if self._ready is not None:
                 return
-            self._ready[device] = Pair(device)
+            self._ready = WorkerProcess(self.device, cpus=self.cpus, netns=self.netns)
+
+    def warm(self) -> None:
+        """Let the waiting worker touch the GPU now (call once nothing is being timed)."""
+        with self._lock:
+            worker = self._ready
+        if worker is not None:
+            worker.warm()
+
+    @property
+    def waiting(self) -> WorkerProcess | None:
+        """The worker waiting for the next evaluation, if any."""
+        return self._ready
 
     def close(self) -> None:
-        """Stop and remove every waiting pair."""
+        """Stop and remove the waiting worker."""
         with self._lock:
-            pairs, self._ready = list(self._ready.values()), {}
-        for pair in pairs:
-            pair.discard()
-
-    def __enter__(self) -> "Prestarter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            worker, self._ready = self._ready, None
+        if worker is not None:
+            worker.discard()

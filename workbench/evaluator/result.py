@@ -31,6 +31,12 @@ class ShapeResult(TypedDict, total=False):
     wall_ms: float
     baseline_wall_ms: float
     reps: int
+    blocks: int
+    """Interleaved blocks per side the timing took (until the speedup was known, or a bound was reached)."""
+    speedup_ci: list[float]
+    """[low, high]: a 95% interval of the speedup (order statistics of both sides' reps; CUDA only)."""
+    precision: float
+    """Half the interval's width over the speedup (0.01: known to +-1%)."""
     baseline_rel_err: float
     err_ratio: float
     precision_flag: bool
@@ -81,6 +87,22 @@ class EvalResult(TypedDict, total=False):
     traceback: str
     static_guards: bool
     logs_dir: str
+    speedup_ci: list[float]
+    """[low, high]: a 95% interval of the geomean speedup (per-shape intervals combined in log space)."""
+    precision: dict[str, Any]
+    """{"target", "worst_shape", "geomean", "met"}: how precisely the speedups are known, against the target."""
+    limits: dict[str, Any]
+    """The time limits this evaluation ran under ({"evaluation_s", "compile_s", "shapes": {name: {...}}})."""
+    cache: dict[str, int]
+    """The service's oracle cache during this evaluation: hits, misses, evictions, and its bytes and entries."""
+    seeding: dict[str, Any]
+    """{"secret", "pool", "fresh_sets", "refresh_every"}: how correctness and timing inputs were drawn."""
+    isolation: dict[str, Any]
+    """Which layers held the candidate process ({"env_allowlist", "netns", "netns_note", ...})."""
+    service: dict[str, Any]
+    """The evaluation service: its evaluations, restarts, re-runs of this one, pid, time spent."""
+    compiles: list[dict[str, Any]]
+    """Triton compiles the candidate process reported ({"kernel", "s"}), which the time limits allowed for."""
 
 
 CONTRACT_KEYS: tuple[str, ...] = ("task", "file", "sha256", "device", "verdict", "message", "shapes", "speedup",

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workbench.evaluator import isolation
+
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*([\d,]+)\s+error")
 _HAZARDS = re.compile(r"RACECHECK SUMMARY:\s*([\d,]+)\s+hazard")
@@ -59,11 +61,8 @@ def run(task: str, file: str | Path, shape: str, *, tool: str = "memcheck", time
         raise SanitizerError("compute-sanitizer is not installed or not on PATH")
     cmd = [binary, "--tool", tool, "--error-exitcode", "0", sys.executable, "-m", "workbench.profiler.drive",
            "--task", task, "--file", str(Path(file).absolute()), "--shape", shape, "--calls", "1"]
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=isolation.candidate_env("cuda"))
     except subprocess.TimeoutExpired:
         raise SanitizerError(f"compute-sanitizer did not finish within {timeout_s:g} s") from None
     except OSError as exc:

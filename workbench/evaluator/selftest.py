@@ -8,11 +8,15 @@ checks off, to prove the run-time guards catch the same cheat on their own.
 
 from __future__ import annotations
 
-import concurrent.futures
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from workbench.evaluator.service import EvaluationService
 
 CASES_DIR = Path(__file__).resolve().parent / "selftest_cases"
 """Case files ship with the package (a plain folder, never imported: only the candidate worker loads them)."""
@@ -41,9 +45,13 @@ class Case:
     """An extra assertion on the result: returns a problem, or None."""
 
 
-def _all_shapes_fail(result: dict[str, Any]) -> str | None:
-    if not all(s.get("correct") is False for s in result.get("shapes", [])):
-        return "expected every shape to fail"
+def _stops_at_first_failure(result: dict[str, Any]) -> str | None:
+    """Early exit: the first shape fails, every later one is reported as not checked."""
+    shapes = result.get("shapes", [])
+    if len(shapes) < 2 or shapes[0].get("correct") is not False:
+        return "expected the first of every shape to fail, and every shape reported"
+    if not all(s.get("correct") is None and "not checked" in (s.get("problem") or "") for s in shapes[1:]):
+        return "expected the shapes after the first failure to be left unchecked"
     return None
 
 
@@ -72,12 +80,14 @@ CASES: list[Case] = [
     Case("fp16_compute", "fp16_compute.py", ("incorrect",), "rel_rms", "fp16 compute"),
     Case("no_max", "no_max.py", ("incorrect",), "seed 1: output y has", "no max subtraction"),
     Case("off_by_one", "off_by_one.py", ("incorrect",), "incorrect on shape", "drops a column",
-         check=_all_shapes_fail),
+         check=_stops_at_first_failure),
     Case("overfit_public", "overfit_public.py", ("incorrect",), "held-out shape", "hard-coded public shapes",
          heldout=True, check=_heldout_fails),
     # Cheats only the timed calls expose.
     Case("caches_results", "caches_results.py", ("incorrect",), "spot check of timed call", "result cache"),
     Case("stateful_drift", "stateful_drift.py", ("incorrect",), "timed call", "goes wrong after 16 calls"),
+    Case("replays_pool", "replays_pool.py", ("incorrect",), "spot check of timed call",
+         "answers only pooled inputs it has seen"),
     # Provenance: libraries, torch ops, the reference, threads, streams, tampering.
     Case("torch_softmax", "torch_softmax.py", ("forbidden",), "torch.nn.functional.softmax", "torch.softmax"),
     Case("torch_softmax_rt", "torch_softmax.py", ("forbidden",), "aten._softmax", "torch.softmax, run-time check",
@@ -159,15 +169,22 @@ def judge(case: Case, result: dict[str, Any], device: str) -> str | None:
     return None
 
 
-def run_case(case: Case, device: str) -> Outcome:
-    """Evaluate one case (in fresh processes, like any candidate) and judge the result."""
+def run_case(case: Case, device: str, service: "EvaluationService | None" = None) -> Outcome:
+    """Evaluate one case (in a fresh candidate process, like any candidate) and judge the result.
+
+    With a service (of the case's task), the case is one evaluation of it; without, a one-shot evaluate().
+    """
     from workbench.evaluator import evaluate
     from workbench.tasks import load_task
 
     started = time.monotonic()
     try:
-        result = evaluate(load_task(case.task), case_path(case), device=device, heldout=case.heldout,
-                          timeout_s=case.timeout_s, static_guards=case.static)
+        if service is not None:
+            result = service.evaluate(case_path(case), heldout=case.heldout, timeout_s=case.timeout_s,
+                                      static_guards=case.static)
+        else:
+            result = evaluate(load_task(case.task), case_path(case), device=device, heldout=case.heldout,
+                              timeout_s=case.timeout_s, static_guards=case.static)
     except Exception as exc:  # noqa: BLE001 - a harness failure is this case's failure, reported in the table
         return Outcome(case, "error", f"{type(exc).__name__}: {exc}", False, "the evaluator raised",
                        time.monotonic() - started, None)
@@ -178,26 +195,55 @@ def run_case(case: Case, device: str) -> Outcome:
 
 def run_suite(device: str, *, names: list[str] | None = None, jobs: int | None = None,
               on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run the cases for a device, `jobs` at a time (default 3 on cpu, 2 on cuda); outcomes in CASES order.
+    """Run the cases for a device in `jobs` lanes (default 3 on cpu; on cuda up to 4, two CPUs each); outcomes in
+    CASES order.
 
-    The hang case's verdict does not depend on how busy the CPU is (its overall deadline decides), so it runs
-    beside the others.
+    Each lane keeps one evaluation service per task and feeds it case after case, as an agent run feeds its
+    service; every case still gets a fresh candidate process. The hang cases go first: they mostly wait out their
+    limit, which then overlaps the other cases.
     """
+    from workbench.evaluator.service import EvaluationService, usable_cpus
+    from workbench.tasks import load_task
+
     chosen = cases_for(device, names)
-    # The hang case goes first: it mostly waits out its deadline, which then overlaps the other cases.
-    order = sorted(chosen, key=lambda c: c.expect != ("timeout",))
+    todo = queue.SimpleQueue()
+    for case in sorted(chosen, key=lambda c: c.expect != ("timeout",)):
+        todo.put(case)
     outcomes: dict[str, Outcome] = {}
+    lock = threading.Lock()
+    cpus = usable_cpus()
     if jobs is None:
         # On a GPU concurrent evaluations slow each other's timings, which no verdict here depends on except the
-        # side-stream case (whose acceptable verdicts cover it); two at a time keeps the GPU busy without piling up.
-        jobs = 2 if device == "cuda" else 3
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run_case, c, device): c for c in order}
-        for future in concurrent.futures.as_completed(futures):
-            outcome = future.result()
-            outcomes[outcome.case.name] = outcome
-            if on_outcome:
-                on_outcome(outcome)
+        # side-stream case (whose acceptable verdicts cover it); each lane times on two CPUs of its own.
+        jobs = max(1, min(4, len(cpus) // 2)) if device == "cuda" else 3
+
+    def lane(index: int) -> None:
+        services: dict[str, EvaluationService] = {}
+        mine = cpus[2 * index:2 * index + 2] if len(cpus) >= 2 * (index + 1) else None
+        try:
+            while True:
+                try:
+                    case = todo.get_nowait()
+                except queue.Empty:
+                    return
+                if case.task not in services:
+                    services[case.task] = EvaluationService(load_task(case.task), device, cpus=mine,
+                                                            prepare_heldout=False)
+                outcome = run_case(case, device, services[case.task])
+                with lock:
+                    outcomes[case.name] = outcome
+                    if on_outcome:
+                        on_outcome(outcome)
+        finally:
+            for service in services.values():
+                service.close()
+
+    lanes = [threading.Thread(target=lane, args=(i,), name=f"selftest-{i}")
+             for i in range(max(1, min(jobs, len(chosen))))]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join()
     return [outcomes[c.name] for c in chosen]
 
 

@@ -6,11 +6,12 @@ treatment: the same input rotation, flush and event placement.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -18,57 +19,63 @@ FLUSH_BYTES = 256 * 1024 * 1024
 """Zeroed before every CUDA rep, after the input refill and outside the timed window: five times the H200's
 50 MB L2, the size triton.testing.do_bench uses."""
 
-TARGET_MS = 150.0
-"""Aim for at least this much measured kernel time per side per shape ..."""
-MIN_REPS, MAX_REPS = 100, 600
-"""... and at least MIN_REPS reps (HARNESS.md asks for 100 or 300 ms), at most MAX_REPS."""
-MAX_SIDE_MS = 20_000.0
-"""A very slow candidate gets fewer reps rather than a minute-long measurement (it has lost anyway)."""
+BLOCK_TARGET_MS = 12.0
+"""Measured kernel time per side per interleaved block: short blocks interleave often, long ones waste less on
+round trips. How many blocks a shape gets is the stopping rule's business (stats.StopRule)."""
+MIN_BLOCK, MAX_BLOCK = 4, 64
+"""Reps per block, at least and at most."""
 HOST_AHEAD_MS = 0.3
 """Host time budgeted per rep when a block is gated: the GPU first sleeps this long per rep, so the host has
 enqueued every rep (refill, flush, events, the call) before the first window opens. Without the gate a host
 stall (an nvidia-smi query holding the driver lock, a busy CPU) drains the queue and a short kernel's window
 then includes waiting for its own launch: seen on the H200 as S2 medians of 23-32 us against 21 us."""
 GATE_MAX_MS = 40.0
-"""The gate's upper bound; longer blocks are rare (reps are sized to about 150 ms of kernels per side)."""
-CPU_REPS = 2
-"""Interpreter timings are not comparable; a couple of reps only record them."""
+"""The gate's upper bound; longer blocks are rare (blocks are sized to about BLOCK_TARGET_MS of kernels)."""
+CPU_BLOCKS = 2
+"""Interpreter timings are not comparable: two blocks of one rep only record them."""
 
 Refill = Callable[[int], None]
 Keep = Callable[[int, Any], None]
 
 
-def plan_reps(est_ms: float, device: str) -> int:
-    """How many reps each side gets for one shape, from the slower side's warm-up estimate."""
+def block_size(est_ms: float, device: str) -> int:
+    """Reps per interleaved block for one shape, from the slower side's warm-up estimate."""
     if device != "cuda":
-        return CPU_REPS
-    est = max(est_ms, 1e-3)
-    reps = min(MAX_REPS, max(MIN_REPS, math.ceil(TARGET_MS / est)))
-    if reps * est > MAX_SIDE_MS:
-        reps = max(10, math.ceil(MAX_SIDE_MS / est))
-    return reps
+        return 1
+    return min(MAX_BLOCK, max(MIN_BLOCK, math.ceil(BLOCK_TARGET_MS / max(est_ms, 1e-3))))
 
 
-def pin_cpu(slot: int) -> int | None:
-    """Pin this process to one allowed CPU (slot-th, wrapping), so host launch overhead does not migrate."""
+def pin_cpu(cpu: int | None) -> int | None:
+    """Pin this process to one CPU (so host launch overhead does not migrate); returns it, or None when the
+    machine does not let this process run there (or pinning is not supported here).
+
+    The CPU need not be in the current mask (a waiting candidate process is kept off the timing CPUs until its
+    evaluation), only in what the machine allows.
+    """
+    if cpu is None:
+        return None
     try:
-        allowed = sorted(os.sched_getaffinity(0))
-        cpu = allowed[slot % len(allowed)]
         os.sched_setaffinity(0, {cpu})
         return cpu
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, OverflowError):
         return None
 
 
-def summarize(ms: list[float]) -> dict[str, float]:
-    """Median, IQR and extremes of per-rep times."""
-    if not ms:
-        return {"median": math.nan, "iqr": math.nan, "min": math.nan, "max": math.nan}
-    if len(ms) >= 4:
-        q1, _, q3 = statistics.quantiles(ms, n=4)
-    else:
-        q1 = q3 = statistics.median(ms)
-    return {"median": statistics.median(ms), "iqr": q3 - q1, "min": min(ms), "max": max(ms)}
+@contextlib.contextmanager
+def pinned(cpu: int | None) -> Iterator[int | None]:
+    """Pin this process to one CPU for the duration of a block, then give it back every CPU it had."""
+    try:
+        before = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        yield None
+        return
+    try:
+        yield pin_cpu(cpu)
+    finally:
+        try:
+            os.sched_setaffinity(0, before)
+        except OSError:
+            pass
 
 
 class Timer:

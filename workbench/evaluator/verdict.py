@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from workbench.devices import peaks_for
+
 if TYPE_CHECKING:
     from workbench.tasks import Task
-
-MEASURED_COPY_TB_S = 4.25
-"""Our measured H200 on-GPU copy rate: an implied bandwidth above it is suspicious, though not impossible."""
 
 PRECISION_RATIO = 2.0
 """A candidate whose error is more than this many times the baseline's on the same inputs is flagged (L2) ..."""
@@ -19,10 +18,10 @@ rounding noise, not a downcast)."""
 QUARANTINE_FLOOR_MARGIN = 1.1
 """A time within 10% of the roofline floor is physically possible but needs review before it can count as best."""
 
-_ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_ms", "reps", "baseline_rel_err",
-               "err_ratio", "precision_flag", "seeds_checked", "spot_checks", "revalidated", "call_ms", "problem",
-               "rel_err_by_output", "baseline_rel_err_by_output", "graph_ms", "graph_ms_iqr", "baseline_graph_ms", "baseline_graph_ms_iqr", "graph_error",
-               "baseline_graph_error")
+_ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_ms", "reps", "blocks", "speedup_ci",
+               "precision", "baseline_rel_err", "err_ratio", "precision_flag", "seeds_checked", "spot_checks",
+               "revalidated", "call_ms", "problem", "rel_err_by_output", "baseline_rel_err_by_output", "graph_ms",
+               "graph_ms_iqr", "baseline_graph_ms", "baseline_graph_ms_iqr", "graph_error", "baseline_graph_error")
 
 
 def clean(value: Any) -> Any:
@@ -43,8 +42,8 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def shape_entry(row: dict[str, Any], task: "Task", device: str) -> dict[str, Any]:
-    """One contract shape entry (plus extras) from a harness row."""
+def shape_entry(row: dict[str, Any], task: "Task", device: str, gpu: str | None = None) -> dict[str, Any]:
+    """One contract shape entry (plus extras) from a harness row; gpu names the GPU for the roofline floor."""
     ms, base = row.get("ms"), row.get("baseline_ms")
     speedup = base / ms if isinstance(ms, (int, float)) and isinstance(base, (int, float)) and ms > 0 else None
     entry = {
@@ -54,7 +53,7 @@ def shape_entry(row: dict[str, Any], task: "Task", device: str) -> dict[str, Any
         "ms": ms,
         "baseline_ms": base,
         "speedup": speedup,
-        "floor_ms": task.floor_ms(row["name"], device),
+        "floor_ms": task.floor_ms(row["name"], device, gpu),
     }
     entry.update({k: row[k] for k in _ROW_EXTRAS if k in row})
     g, gb = row.get("graph_ms"), row.get("baseline_graph_ms")
@@ -90,8 +89,9 @@ def judge(
     rows: list[dict[str, Any]],
     failure: dict[str, Any] | None,
     baseline: str,
+    gpu: str | None = None,
 ) -> tuple[str, str, list[str]]:
-    """Decide the verdict and its one-line message.
+    """Decide the verdict and its one-line message; gpu names the GPU whose peaks bound the times (CUDA).
 
     Returns:
         (verdict, message, warnings).
@@ -114,8 +114,13 @@ def judge(
     if forbidden:
         return "forbidden", f"{forbidden[0]['forbidden']} (shape {forbidden[0]['name']})", warnings
     if device == "cuda":
+        peaks = peaks_for(gpu)
+        if not peaks.known:
+            warnings.append(f"GPU {gpu or '?'} is not in the peak table: roofline floors use the largest known "
+                            f"peaks ({peaks.bytes_per_s / 1e12:g} TB/s, {peaks.flops_per_s / 1e12:g} TFLOP/s), "
+                            "so they are lower than this GPU's own")
         for row in rows:
-            ms, floor = row.get("ms"), task.floor_ms(row["name"], "cuda")
+            ms, floor = row.get("ms"), task.floor_ms(row["name"], "cuda", gpu)
             if ms is None:
                 continue
             best, base = _best_ms(row, "graph_ms", ms), _best_ms(row, "baseline_graph_ms", row.get("baseline_ms"))
@@ -134,13 +139,15 @@ def judge(
                                 f"under CUDA graphs: the baseline's event time is mostly launch gaps")
             _, nbytes = task.work(row["name"])
             tb_s = nbytes / (ms * 1e-3) / 1e12
-            if tb_s > MEASURED_COPY_TB_S:
-                warnings.append(f"{row['name']}: implied bandwidth {tb_s:.2f} TB/s is above the measured copy rate "
-                                f"{MEASURED_COPY_TB_S} TB/s")
+            if tb_s > peaks.real_bytes_per_s / 1e12:
+                how = "measured copy rate" if peaks.measured else "realistic bandwidth"
+                warnings.append(f"{row['name']}: implied bandwidth {tb_s:.2f} TB/s is above the {peaks.gpu}'s {how} "
+                                f"{peaks.real_bytes_per_s / 1e12:.3g} TB/s")
     return "ok", "", warnings
 
 
-def quarantine(task: "Task", device: str, verdict: str, rows: list[dict[str, Any]]) -> str | None:
+def quarantine(task: "Task", device: str, verdict: str, rows: list[dict[str, Any]],
+               gpu: str | None = None) -> str | None:
     """Why a result must stay unverified until a person reviews it (HARNESS.md T8), or None.
 
     Implausible results are always quarantined; an "ok" one is when a shape runs within 10% of its roofline floor
@@ -151,7 +158,7 @@ def quarantine(task: "Task", device: str, verdict: str, rows: list[dict[str, Any
     if verdict != "ok" or device != "cuda":
         return None
     for row in rows:
-        ms, floor = _best_ms(row, "graph_ms", row.get("ms")), task.floor_ms(row["name"], "cuda")
+        ms, floor = _best_ms(row, "graph_ms", row.get("ms")), task.floor_ms(row["name"], "cuda", gpu)
         if ms is not None and floor is not None and ms < QUARANTINE_FLOOR_MARGIN * floor:
             return f"{row['name']} runs within {100 * (QUARANTINE_FLOOR_MARGIN - 1):.0f}% of its roofline floor"
     return None

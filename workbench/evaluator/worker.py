@@ -1,34 +1,48 @@
-"""The candidate process: loads one candidate file and runs it on the trusted harness's requests.
+"""The candidate process: loads one candidate file and runs it on the trusted evaluation service's requests.
 
-Run as ``python -m workbench.evaluator.worker DEVICE`` with its JSON config on stdin. Everything here shares a process
-with untrusted code, so the harness treats every reply as a claim: outputs are re-checked there against expected
-outputs that never enter this process, and only failures (never successes) are taken from this side on trust.
-Inputs are drawn here with the task's own make_inputs (reported by fingerprint); tensors travel through shared
-slabs, messages as JSON frames.
+Run as ``python -m workbench.evaluator.worker DEVICE IN_FD OUT_FD [--netns]``, pre-started: it isolates itself
+(a network namespace of its own where asked and allowed), imports torch and triton, says "ready" on OUT_FD and only
+then reads its JSON config (which names the candidate) on stdin. Everything here shares a process with untrusted
+code, so the service treats every reply as a claim: outputs are re-checked there against expected outputs that
+never enter this process, and only failures (never successes) are taken from this side on trust. Inputs are drawn
+here with the task's own make_inputs from seeds the service sends (reported back by fingerprint); tensors travel
+through shared slabs, messages as JSON frames. While a request runs, the worker reports Triton compiles starting and
+ending, so a compile gets a compile's time limit and a hang the call's short one.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import importlib.util
 import json
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 
-def _import_file(path: str, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+@dataclass
+class _Pool:
+    """One shape's input sets in this process and the state of its timing."""
+
+    sets: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Input sets by index: the correctness seeds' (slots), then the timing sets'."""
+    timing: list[int] = field(default_factory=list)
+    """Indices of the timing sets, in the order they were added."""
+    buf: dict[str, Any] | None = None
+    """The timing buffers: fixed addresses every timed rep refills with one set's values."""
+    last: Any = None
+    """The output of the last timed call (what op_output re-checks)."""
+    last_set: int | None = None
+    """The set that call ran on."""
+    graph: tuple[Any, Any] | None = None
+    """The captured CUDA graph of forward on buf, and its static output."""
 
 
 class Worker:
-    """Serves load / run / warmup / time / output / profile / exit requests until told to exit."""
+    """Serves load / run / add_sets / warmup / time / output / graph / profile requests until told to exit."""
 
-    def __init__(self, cfg: dict[str, Any], warming: Any = None):
+    def __init__(self, cfg: dict[str, Any], fds: tuple[int, int]):
         import torch
 
         from workbench.evaluator import inputs, slab, timing, wire
@@ -37,30 +51,33 @@ class Worker:
         self.torch, self.timing, self.wire, self.guard, self.inputs = torch, timing, wire, runtime, inputs
         self.cfg = cfg
         self.device = cfg["device"]
-        self.fd_in, self.fd_out = cfg["fd_in"], cfg["fd_out"]
+        self.fd_in, self.fd_out = fds
         self.slab_in, self.slab_out = slab.Slab(cfg["slab_in"]), slab.Slab(cfg["slab_out"])
         self.module = None
+        """The candidate module once op_load made it (even when running it failed)."""
         self.entry = None
-        self.pools: dict[int, dict[str, Any]] = {}
+        self.pools: dict[int, _Pool] = {}
         self.timer = None
+        """The Timer, made at the first timing request (its flush buffer and GPU sleep rate)."""
+        self._send_lock = threading.Lock()
         self.make_inputs = self._load_make_inputs()
         self.modules_before = set(sys.modules)
         self.timers_before = runtime.snapshot_timers()
         self.audit = runtime.AuditGuard(cfg["candidate"])
-        self.warming = warming
-        """The Triton warm-up thread (CUDA), joined before the first candidate call so no thread of ours is alive
-        when the thread check runs."""
+        self._install_compile_hooks()
 
     def _load_make_inputs(self) -> Any:
         """The task's make_inputs, loaded before the candidate; None when the reference cannot live here.
 
         A reference that pulls in a forbidden module (or fails to import) would put that module within the
-        candidate's reach, so inputs then travel from the harness instead.
+        candidate's reach, so inputs then travel from the service instead.
         """
+        from workbench.evaluator.loading import import_file
+
         before = set(sys.modules)
         try:
             sys.path.insert(0, self.cfg["task_dir"])
-            module = _import_file(self.cfg["reference"], "workbench_task_inputs")
+            module = import_file(self.cfg["reference"], "workbench_task_inputs")
         except Exception:  # noqa: BLE001 - any failure just means "send the inputs"
             return None
         finally:
@@ -69,6 +86,30 @@ class Worker:
         if self.guard.forbidden_modules(set(sys.modules) - before, self.cfg["forbidden_imports"]):
             return None
         return getattr(module, "make_inputs", None)
+
+    def _install_compile_hooks(self) -> None:
+        """Report the candidate's Triton compiles (main thread only: the warm-up thread's are ours)."""
+        try:
+            from triton import knobs
+        except ImportError:  # an older Triton without knobs: every call keeps the call limit
+            return
+        main = threading.main_thread()
+
+        def hook(phase: str) -> Any:
+            def report(*, fn: Any = None, **_: Any) -> None:
+                if threading.current_thread() is main:
+                    self.send({"event": "compile", "phase": phase, "kernel": str(getattr(fn, "name", "?"))[:120]})
+                return None  # a true value would tell Triton to skip the compile
+
+            return report
+
+        knobs.runtime.jit_cache_hook = hook("start")
+        knobs.runtime.jit_post_compile_hook = hook("end")
+
+    def send(self, msg: dict[str, Any]) -> None:
+        """Write one frame to the service (replies and compile events may come from inside a call)."""
+        with self._send_lock:
+            self.wire.write_frame(self.fd_out, self.wire.dump_json(msg))
 
     # -- helpers -------------------------------------------------------------------------------------------------
 
@@ -155,23 +196,32 @@ class Worker:
                                "done (and synchronised) before forward returns"}
         return None
 
+    def _draw(self, msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str] | None]:
+        """One input set: sent through the slab, or drawn here from its seed (then reported by fingerprint)."""
+        if msg.get("inputs") is not None:
+            return self.slab_in.unpack(msg["inputs"], self.device), None
+        inputs = self.make_inputs(dict(msg["params"]), int(msg["seed"]), self.device)  # type: ignore[misc]
+        return inputs, self.inputs.fingerprint(inputs)
+
+    def _pool(self, key: int) -> _Pool:
+        return self.pools.setdefault(key, _Pool())
+
     # -- requests ------------------------------------------------------------------------------------------------
 
     def op_load(self, msg: dict[str, Any]) -> dict[str, Any]:
-        path, display = self.cfg["candidate"], self.cfg["display"]
+        from workbench.evaluator.loading import new_module, run_module
+
+        display = self.cfg["display"]
         self.audit.install()
         try:
-            spec = importlib.util.spec_from_file_location("candidate", path)
-            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            sys.modules["candidate"] = module
-            self.module = module
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            self.module = new_module(self.cfg["candidate"], "candidate")
+            run_module(self.module)
         except BaseException as exc:  # noqa: BLE001 - anything the candidate raises at import is its failure
             reply = self._fail(exc)
             if reply["verdict"] == "crash" and not reply["fatal"]:
                 reply["verdict"] = "compile_error"  # failing to import is "does not build", not a runtime crash
             return reply
-        entry = getattr(module, self.cfg["entry"], None)
+        entry = getattr(self.module, self.cfg["entry"], None)
         if not callable(entry):
             return {"ok": False, "verdict": "compile_error", "fatal": False,
                     "message": f"{display}: defines no callable {self.cfg['entry']}()"}
@@ -181,15 +231,7 @@ class Worker:
     def op_run(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One checked call: fresh inputs, poisoned allocator, dispatch recording, outputs into the slab."""
         inputs_mod = self.inputs
-        if self.warming is not None:
-            self.warming.join()
-            self.warming = None
-        if msg.get("inputs") is not None:
-            inputs = self.slab_in.unpack(msg["inputs"], self.device)
-            fp = None
-        else:
-            inputs = self.make_inputs(dict(msg["params"]), int(msg["seed"]), self.device)  # type: ignore[misc]
-            fp = inputs_mod.fingerprint(inputs)
+        inputs, fp = self._draw(msg)
         pristine = inputs_mod.clone(inputs)
         self._poison(msg["specs"])
         recorder = self.guard.make_op_recorder()
@@ -209,8 +251,7 @@ class Worker:
         packed = self.slab_out.pack(outs)
         mutated = inputs_mod.same(inputs, pristine)
         del pristine
-        pool = self.pools.setdefault(int(msg["key"]), {"sets": {}, "buf": None, "last": None, "last_set": None})
-        pool["sets"][int(msg["index"])] = inputs
+        self._pool(int(msg["key"])).sets[int(msg["index"])] = inputs
         ops = dict(sorted(recorder.disallowed.items(), key=lambda kv: -kv[1]))
         reply: dict[str, Any] = {"ok": True, "outputs": packed, "meta": meta, "mutated": mutated, "ms": ms,
                                  "fingerprint": fp}
@@ -221,20 +262,33 @@ class Worker:
                                     "allocation, view and copy ops may run outside the candidate's Triton kernels")
         return reply
 
+    def op_add_sets(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The timing sets of a shape (fresh seeds); the shape's correctness sets are dropped, timing never uses
+        them. Replies with each set's fingerprint."""
+        pool = self._pool(int(msg["key"]))
+        for index in [i for i in pool.sets if i not in pool.timing]:
+            del pool.sets[index]
+        fingerprints = {}
+        for item in msg["sets"]:
+            index = int(item["index"])
+            pool.sets[index], fingerprints[str(index)] = self._draw({**item, "params": msg["params"]})
+            pool.timing.append(index)
+        pool.buf, pool.graph = None, None
+        return {"ok": True, "fingerprints": fingerprints}
+
     def _timer(self) -> Any:
         if self.timer is None:
             self.timer = self.timing.Timer(self.device)
             if self.device == "cuda":
-                self.timing.pin_cpu(1)
+                self.timing.pin_cpu(self.cfg.get("cpu"))
         return self.timer
 
     def _buf(self, key: int) -> dict[str, Any]:
         """The timing buffers of a shape: fixed addresses that every timed rep refills with one input set."""
         pool = self.pools[key]
-        if pool["buf"] is None:
-            first = pool["sets"][min(pool["sets"])]
-            pool["buf"] = self.inputs.clone(first)
-        return pool["buf"]
+        if pool.buf is None:
+            pool.buf = self.inputs.clone(pool.sets[pool.timing[0]])
+        return pool.buf
 
     def op_warmup(self, msg: dict[str, Any]) -> dict[str, Any]:
         key = int(msg["key"])
@@ -255,7 +309,7 @@ class Worker:
         saved: dict[int, list[Any]] = {}
 
         def refill(i: int) -> None:
-            self.inputs.refill(buf, pool["sets"][plan[i]])
+            self.inputs.refill(buf, pool.sets[plan[i]])
 
         def keep(i: int, out: Any) -> None:
             if i in check:
@@ -268,7 +322,7 @@ class Worker:
             ms, last = timer.block(self.entry, buf, len(plan), refill=refill, keep=keep)
             if self.device == "cuda":
                 # One more call, eager and host-timed, on another input set: its output is what "output" re-checks.
-                w, last = timer.isolated(self.entry, buf, refill=lambda i: self.inputs.refill(buf, pool["sets"][after]))
+                w, last = timer.isolated(self.entry, buf, refill=lambda i: self.inputs.refill(buf, pool.sets[after]))
                 wall = [w]
             else:
                 wall, after = list(ms), plan[-1]  # the interpreter's reps are host-timed already
@@ -277,14 +331,14 @@ class Worker:
         guard = self._violation() or self._threads_left(threads)
         if guard:
             return guard
-        pool["last"], pool["last_set"] = last, after
+        pool.last, pool.last_set = last, after
         seed = int(msg.get("subset_seed", 0))
         spots = [{"rep": rep, "outputs": self._subset(saved[rep], seed)} for rep in sorted(saved)]
         saved.clear()
         return {"ok": True, "ms": ms, "wall": wall, "spots": self.slab_out.pack(spots)}
 
     def _subset(self, values: list[Any], seed: int) -> list[Any]:
-        """The spot-check sample of each output (the harness draws the same indices from its expected outputs)."""
+        """The spot-check sample of each output (the service draws the same indices from its expected outputs)."""
         picked = []
         for j, t in enumerate(values):
             if t is None:
@@ -305,10 +359,10 @@ class Worker:
         timer = self._timer()
         threads = self.guard.python_threads()
         try:
-            if pool.get("graph") is None:
-                pool["graph"] = timer.capture(self.entry, buf)
-            graph, out = pool["graph"]
-            ms = timer.graph_block(graph, len(plan), refill=lambda i: self.inputs.refill(buf, pool["sets"][plan[i]]))
+            if pool.graph is None:
+                pool.graph = timer.capture(self.entry, buf)
+            graph, out = pool.graph
+            ms = timer.graph_block(graph, len(plan), refill=lambda i: self.inputs.refill(buf, pool.sets[plan[i]]))
         except BaseException as exc:  # noqa: BLE001
             try:
                 torch.cuda.synchronize()  # a capture refused by the driver leaves the context usable ...
@@ -325,10 +379,10 @@ class Worker:
     def op_output(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The last timed call's full outputs, and whether forward changed the buffers it was given."""
         pool = self.pools[int(msg["key"])]
-        outs, meta = self._describe(pool["last"])
-        mutated = self.inputs.same(pool["buf"], pool["sets"][pool["last_set"]])
+        outs, meta = self._describe(pool.last)
+        mutated = self.inputs.same(pool.buf, pool.sets[pool.last_set])  # type: ignore[arg-type, index]
         return {"ok": True, "outputs": self.slab_out.pack(outs), "meta": meta, "mutated": mutated,
-                "set": pool["last_set"]}
+                "set": pool.last_set}
 
     def op_profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Calls of every listed shape under one torch.profiler session (CUDA), each after a refill and an L2
@@ -340,8 +394,8 @@ class Worker:
         for key, index in msg["calls"]:
             pool, buf = self.pools[int(key)], self._buf(int(key))
 
-            def prepare(pool: dict[str, Any] = pool, buf: dict[str, Any] = buf, index: int = int(index)) -> None:
-                self.inputs.refill(buf, pool["sets"][index])
+            def prepare(pool: _Pool = pool, buf: dict[str, Any] = buf, index: int = int(index)) -> None:
+                self.inputs.refill(buf, pool.sets[index])
                 timer.flush()
 
             jobs.append((self.entry, buf, prepare))
@@ -353,9 +407,9 @@ class Worker:
         return self._violation() or {"ok": True, "events": events, "compile": stats}
 
     def serve(self) -> int:
-        """Answer requests in order; exit 0 when the harness says so or closes the pipe."""
-        ops = {"load": self.op_load, "run": self.op_run, "warmup": self.op_warmup, "time": self.op_time,
-               "output": self.op_output, "profile": self.op_profile, "graph": self.op_graph}
+        """Answer requests in order; exit 0 when the service says so or closes the pipe."""
+        ops = {"load": self.op_load, "run": self.op_run, "add_sets": self.op_add_sets, "warmup": self.op_warmup,
+               "time": self.op_time, "output": self.op_output, "profile": self.op_profile, "graph": self.op_graph}
         while True:
             frame = self.wire.read_frame(self.fd_in, self.cfg["max_frame"])
             if frame is None:
@@ -364,7 +418,7 @@ class Worker:
             if msg["op"] == "exit":
                 return 0
             reply = ops[msg["op"]](msg)
-            self.wire.write_frame(self.fd_out, self.wire.dump_json(reply))
+            self.send(reply)
             if reply.get("fatal"):
                 return 3  # a CUDA fault leaves the context unusable: never run anything else in it
 
@@ -384,42 +438,63 @@ def _preload_gluon() -> None:
 
 
 def main() -> int:
-    """Entry point: import torch and triton (and warm up the device) first, then wait for the configuration.
+    """Entry point: isolate and import (no GPU yet), wait to be told to warm up or configured, warm the device up,
+    say ready, then read the config.
 
-    The device comes on the command line so that everything before the configuration can run while the pair
-    waits to be used (workbench.evaluator.prestart); the candidate is only named in the configuration.
+    Everything before the configuration depends only on the device, so the process can be started before anyone
+    knows which candidate it will run (workbench.evaluator.prestart). It starts in two parts: imports, which touch
+    no GPU and may overlap another evaluation's timing, then (on a "warm" line on stdin, or with the config) the
+    CUDA context and Triton's first launch, which wait until nothing is being timed.
     """
     faulthandler.enable()
-    if len(sys.argv) != 2:
-        print("usage: python -m workbench.evaluator.worker DEVICE  (configuration as JSON on stdin)", file=sys.stderr)
+    args = sys.argv[1:]
+    netns = "--netns" in args
+    args = [a for a in args if a != "--netns"]
+    if len(args) != 3:
+        print("usage: python -m workbench.evaluator.worker DEVICE IN_FD OUT_FD [--netns]  (config on stdin)",
+              file=sys.stderr)
         return 2
-    device = sys.argv[1]
+    device, fd_in, fd_out = args[0], int(args[1]), int(args[2])
+    isolated, note = False, "not asked"
+    if netns:
+        # First, while this process has one thread: unshare(CLONE_NEWUSER) refuses a threaded process.
+        from workbench.evaluator.isolation import enter_network_namespace
+
+        isolated, note = enter_network_namespace()
+    started = time.perf_counter()
     import numpy  # noqa: F401  - loaded before the candidate so it is not counted as the candidate's import
     import torch
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
     _preload_gluon()
-    warming = None
-    if device == "cuda":
-        from workbench.evaluator import warm
-
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.cuda.init()  # the context is made while the harness sets up, not at the first request
-        warming = warm.start("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     # The worker's own modules, imported before the candidate so its sys.modules diff sees only its own imports.
-    from workbench.evaluator import inputs, slab, timing, wire  # noqa: F401
+    from workbench.evaluator import diagnose, inputs, loading, slab, timing, warm, wire  # noqa: F401
+    from workbench.evaluator.prestart import WARM_LINE
     from workbench.evaluator.guards import runtime  # noqa: F401
 
-    text = sys.stdin.read()
+    imported = time.perf_counter()
+    first = sys.stdin.buffer.readline()
+    if not first.strip():
+        return 0  # a pre-started process that was never used
+    text = b"" if first.strip() == WARM_LINE else first
+    if device == "cuda":
+        warm.touch("cuda")  # the context and Triton's first launch, in the main thread: no thread of ours remains
+    try:
+        wire.write_frame(fd_out, wire.dump_json({"ready": True, "netns": isolated, "netns_note": note,
+                                                 "import_s": round(imported - started, 3)}))
+    except OSError:
+        return 0  # nobody will ever use this process
+    text += sys.stdin.buffer.read()
     if not text.strip():
-        return 0  # a pre-started pair that was never used
+        return 0
     cfg = json.loads(text)
     if cfg["device"] != device:
         print(f"worker started for {device} but configured for {cfg['device']}", file=sys.stderr)
         return 2
-    return Worker(cfg, warming).serve()
+    return Worker(cfg, (fd_in, fd_out)).serve()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ evaluator's processes) and drive.py (run under ncu) touch torch.
 
 from workbench.profiler.delta import diff
 from workbench.profiler.kernels import attribute, kernel_table, per_call_ms, provenance
-from workbench.profiler.roofline import CEILINGS, classify
+from workbench.profiler.roofline import classify
 from workbench.profiler.rules import advise
 
-__all__ = ["CEILINGS", "advise", "attribute", "classify", "diff", "kernel_table", "per_call_ms", "provenance"]
+__all__ = ["advise", "attribute", "classify", "diff", "kernel_table", "per_call_ms", "provenance"]

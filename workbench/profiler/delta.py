@@ -4,26 +4,23 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-_SHAPE_KEYS: list[tuple[str, str, Callable[[float], str]]] = [
-    ("ms", "time", lambda v: f"{v:.4g} ms"),
-    ("tb_s", "bandwidth", lambda v: f"{v:.3g} TB/s"),
-    ("fraction", "roofline", lambda v: f"{100 * v:.0f}%"),
+Fmt = Callable[[float], str]
+_PCT: Fmt = lambda v: f"{v:.0f}%"  # noqa: E731 - the tables below read best with named formatters
+_COUNT: Fmt = lambda v: f"{v:.0f}"  # noqa: E731
+_KIB: Fmt = lambda v: f"{v / 1024:.1f} KiB"  # noqa: E731
+
+_SHAPE_KEYS: list[tuple[str, str, Fmt]] = [
+    ("ms", "time", lambda v: f"{v:.4g} ms"), ("tb_s", "bandwidth", lambda v: f"{v:.3g} TB/s"),
+    ("fraction", "roofline", lambda v: _PCT(100 * v)),
 ]
-_NCU_KEYS: list[tuple[str, str, Callable[[float], str]]] = [
-    ("duration_ns", "duration", lambda v: f"{v / 1e3:.1f} us"),
-    ("occupancy_pct", "occupancy", lambda v: f"{v:.0f}%"),
-    ("dram_pct", "DRAM throughput", lambda v: f"{v:.0f}%"),
-    ("sm_pct", "SM throughput", lambda v: f"{v:.0f}%"),
-    ("l2_pct", "L2 throughput", lambda v: f"{v:.0f}%"),
-    ("l2_hit_pct", "L2 hit rate", lambda v: f"{v:.0f}%"),
-    ("registers", "registers/thread", lambda v: f"{v:.0f}"),
-    ("smem_per_block", "smem/block", lambda v: f"{v / 1024:.1f} KiB"),
-    ("grid", "grid", lambda v: f"{v:.0f}"),
+_NCU_KEYS: list[tuple[str, str, Fmt]] = [
+    ("duration_ns", "duration", lambda v: f"{v / 1e3:.1f} us"), ("occupancy_pct", "occupancy", _PCT),
+    ("dram_pct", "DRAM throughput", _PCT), ("sm_pct", "SM throughput", _PCT), ("l2_pct", "L2 throughput", _PCT),
+    ("l2_hit_pct", "L2 hit rate", _PCT), ("registers", "registers/thread", _COUNT),
+    ("smem_per_block", "smem/block", _KIB), ("grid", "grid", _COUNT),
 ]
-_COMPILE_KEYS: list[tuple[str, str, Callable[[float], str]]] = [
-    ("regs", "registers/thread", lambda v: f"{v:.0f}"),
-    ("spills", "spills", lambda v: f"{v:.0f}"),
-    ("shared", "smem/block", lambda v: f"{v / 1024:.1f} KiB"),
+_COMPILE_KEYS: list[tuple[str, str, Fmt]] = [
+    ("regs", "registers/thread", _COUNT), ("spills", "spills", _COUNT), ("shared", "smem/block", _KIB),
 ]
 MIN_CHANGE = 0.02
 """Relative changes smaller than this are noise and not reported."""
@@ -39,7 +36,7 @@ def _changed(a: Any, b: Any) -> bool:
 
 
 def _lines(prefix: str, old: dict[str, Any], new: dict[str, Any],
-           keys: list[tuple[str, str, Callable[[float], str]]]) -> list[str]:
+           keys: list[tuple[str, str, Fmt]]) -> list[str]:
     out = []
     for key, label, fmt in keys:
         a, b = old.get(key), new.get(key)

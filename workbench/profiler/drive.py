@@ -7,7 +7,6 @@ happen in the warm-up, outside the profiled range, so ncu replays only the kerne
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 
 
@@ -23,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from workbench.evaluator.loading import import_file
     from workbench.tasks import TaskError, load_task
 
     try:
@@ -35,13 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         print("drive: CUDA is not available", file=sys.stderr)
         return 2
     sys.path.insert(0, str(task.dir))
-    spec = importlib.util.spec_from_file_location("workbench_task_reference", task.reference)
-    reference = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(reference)  # type: ignore[union-attr]
-    spec = importlib.util.spec_from_file_location("candidate", args.file)
-    candidate = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["candidate"] = candidate
-    spec.loader.exec_module(candidate)  # type: ignore[union-attr]
+    reference = import_file(task.reference, "workbench_task_reference")
+    candidate = import_file(args.file, "candidate")
     forward = getattr(candidate, task.entry)
     inputs = reference.make_inputs(dict(shape.params), args.seed, "cuda")
     for _ in range(2):

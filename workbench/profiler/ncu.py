@@ -17,7 +17,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from workbench.evaluator import isolation
 
 METRICS: dict[str, str] = {
     "duration_ns": "gpu__time_duration.sum",
@@ -217,9 +219,7 @@ def run(task: str, file: str | Path, shape: str, *, calls: int = 1, timeout_s: f
         raise NcuError("ncu (Nsight Compute) is not installed or not on PATH; profile without --ncu")
     wanted = list(metrics or METRICS.values())
     dropped: list[str] = []
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = isolation.candidate_env("cuda")  # drive.py runs the candidate: it gets what a candidate process gets
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         log = os.path.join(tmp, "ncu.csv")
         for _ in range(3):  # an ncu version without some metric names: drop them and retry
@@ -250,6 +250,17 @@ def run(task: str, file: str | Path, shape: str, *, calls: int = 1, timeout_s: f
     raise NcuError(f"ncu rejected metric names repeatedly ({', '.join(dropped[:3])}...)")
 
 
+_RESOURCE_PARTS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("registers", lambda m: f"{m['registers']:.0f} regs/thread"),
+    ("smem_per_block", lambda m: f"{m['smem_per_block'] / 1024:.1f} KiB smem/block"),
+    ("grid", lambda m: f"grid {m['grid']:.0f} x block {m.get('block', 0):.0f}"),
+    ("bytes_per_s", lambda m: f"{m['bytes_per_s'] / 1e12:.2f} TB/s"),
+    ("l2_bytes_per_s", lambda m: f"L2 {m['l2_bytes_per_s'] / 1e12:.2f} TB/s"),
+    ("flop_s", lambda m: f"{m['flop_s'] / 1e12:.2f} TFLOP/s (non-tensor)"),
+]
+"""The second line of a kernel's block: each metric present, in this order."""
+
+
 def format_rows(rows: list[dict[str, Any]], indent: str = "  ") -> list[str]:
     """Text lines: one block per kernel with the curated metrics people read first."""
     lines = []
@@ -263,19 +274,7 @@ def format_rows(rows: list[dict[str, Any]], indent: str = "  ") -> list[str]:
         lines.append(f"{indent}{row['kernel']} (x{row['launches']}): {dur}, DRAM {pct('dram_pct')}, "
                      f"SM {pct('sm_pct')}, occupancy {pct('occupancy_pct')} (theoretical "
                      f"{pct('theoretical_occupancy_pct')}), L2 {pct('l2_pct')} (hit {pct('l2_hit_pct')})")
-        parts = []
-        if m.get("registers") is not None:
-            parts.append(f"{m['registers']:.0f} regs/thread")
-        if m.get("smem_per_block") is not None:
-            parts.append(f"{m['smem_per_block'] / 1024:.1f} KiB smem/block")
-        if m.get("grid") is not None:
-            parts.append(f"grid {m['grid']:.0f} x block {m.get('block', 0):.0f}")
-        if m.get("bytes_per_s") is not None:
-            parts.append(f"{m['bytes_per_s'] / 1e12:.2f} TB/s")
-        if m.get("l2_bytes_per_s") is not None:
-            parts.append(f"L2 {m['l2_bytes_per_s'] / 1e12:.2f} TB/s")
-        if m.get("flop_s") is not None:
-            parts.append(f"{m['flop_s'] / 1e12:.2f} TFLOP/s (non-tensor)")
+        parts = [fmt(m) for key, fmt in _RESOURCE_PARTS if m.get(key) is not None]
         if parts:
             lines.append(f"{indent}  " + ", ".join(parts))
         if m.get("stall_top"):

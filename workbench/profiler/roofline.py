@@ -1,18 +1,15 @@
 """Roofline classification of one timed shape: memory-, compute-, latency- or launch-bound, and how far from the roof.
 
 FLOPs and bytes come from the task's formulas (never from the kernel), the time from the evaluator. Two sets of
-ceilings: "realistic" ones we measured on the H200 (a device copy, a bf16 matmul) and the "hard" datasheet ones.
+ceilings per GPU model (workbench.devices.PEAKS): "realistic" ones (on the H200 measured by us: a device copy, a bf16
+matmul) and the "hard" datasheet ones.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-CEILINGS: dict[str, dict[str, float]] = {
-    "realistic": {"bytes_per_s": 4.25e12, "flops_per_s": 672e12},
-    "hard": {"bytes_per_s": 4.8e12, "flops_per_s": 989e12},
-}
-"""H200: measured copy rate and bf16 matmul rate (HARNESS.md section 4), and the datasheet peaks."""
+from workbench.devices import Peaks
 
 BOUND_FRACTION = 0.3
 """Below this fraction of the realistic roofline neither unit is the limit: the kernel waits (latency-bound)."""
@@ -22,33 +19,30 @@ LAUNCH_WALL_RATIO = 2.0
 """When an eager call's host wall time is this many times its GPU time, launch overhead is what callers see."""
 
 
-def classify(flops: float, nbytes: float, ms: float, *, wall_ms: float | None = None,
-             ceilings: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+def classify(flops: float, nbytes: float, ms: float, *, peaks: Peaks, wall_ms: float | None = None) -> dict[str, Any]:
     """Classify one shape's measured time against the roofline.
 
     Args:
         flops: useful floating-point operations of the shape (task formula).
         nbytes: the fewest bytes the shape must move (task formula).
         ms: measured GPU time per call (the evaluator's event median).
+        peaks: the GPU's ceilings (workbench.devices.peaks_for).
         wall_ms: eager host wall time per call, when known (launch overhead shows there).
-        ceilings: override CEILINGS (tests, other GPUs).
 
     Returns:
         {"bound": "memory" | "compute" | "latency" | "launch", "limit": "memory" | "compute" (the unit the
         roofline names), "intensity" (FLOP/byte), "ridge" (FLOP/byte where the roofs meet), "floor_ms",
         "fraction" (realistic floor / ms), "hard_fraction", "tb_s", "tflop_s", "reason"}.
     """
-    roofs = ceilings or CEILINGS
-    real, hard = roofs["realistic"], roofs["hard"]
-    t_mem, t_comp = nbytes / real["bytes_per_s"], flops / real["flops_per_s"]
+    t_mem, t_comp = nbytes / peaks.real_bytes_per_s, flops / peaks.real_flops_per_s
     limit = "memory" if t_mem >= t_comp else "compute"
     floor_ms = max(t_mem, t_comp) * 1e3
-    hard_floor = max(nbytes / hard["bytes_per_s"], flops / hard["flops_per_s"]) * 1e3
+    hard_floor = max(nbytes / peaks.bytes_per_s, flops / peaks.flops_per_s) * 1e3
     fraction = floor_ms / ms if ms and ms > 0 else 0.0
     out: dict[str, Any] = {
         "limit": limit,
         "intensity": flops / nbytes if nbytes else None,
-        "ridge": real["flops_per_s"] / real["bytes_per_s"],
+        "ridge": peaks.real_flops_per_s / peaks.real_bytes_per_s,
         "floor_ms": floor_ms,
         "fraction": fraction,
         "hard_fraction": hard_floor / ms if ms and ms > 0 else 0.0,
@@ -65,7 +59,7 @@ def classify(flops: float, nbytes: float, ms: float, *, wall_ms: float | None = 
         out["bound"] = limit
         unit = "TB/s" if limit == "memory" else "TFLOP/s"
         achieved = out["tb_s"] if limit == "memory" else out["tflop_s"]
-        ceiling = (real["bytes_per_s"] if limit == "memory" else real["flops_per_s"]) / 1e12
+        ceiling = (peaks.real_bytes_per_s if limit == "memory" else peaks.real_flops_per_s) / 1e12
         out["reason"] = f"{achieved:.3g} {unit} of a realistic {ceiling:g} {unit} ({100 * fraction:.0f}% of the roof)"
     else:
         out["bound"] = "latency"

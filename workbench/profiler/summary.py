@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from workbench.devices import peaks_for
 from workbench.profiler import kernels as kernels_mod
 from workbench.profiler.roofline import classify
 from workbench.profiler.rules import advise
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def build(task: "Task", rows: list[dict[str, Any]], compile_stats: list[dict[str, Any]],
-          sms: int | None = None) -> dict[str, Any]:
+          sms: int | None = None, gpu: str | None = None) -> dict[str, Any]:
     """The result's "profile" section from the harness's timed rows (CUDA only).
 
     Args:
@@ -21,11 +22,13 @@ def build(task: "Task", rows: list[dict[str, Any]], compile_stats: list[dict[str
         rows: harness rows with ms, wall_ms and, when profiled, a "profile" entry (kernel table, kernel_ms).
         compile_stats: Triton compile stats of the candidate's kernels.
         sms: the GPU's SM count, for the grid rule.
+        gpu: the GPU's name, for its roofline ceilings (workbench.devices.peaks_for).
 
     Returns:
         {"source", "shapes": [{"name", "ms", "wall_ms", "kernel_ms", "event_vs_kernel", "calls", "kernels",
         "baseline_kernels", "roofline"}], "compile", "findings"}.
     """
+    peaks = peaks_for(gpu)
     shapes = []
     for row in rows:
         ms = row.get("ms")
@@ -46,11 +49,11 @@ def build(task: "Task", rows: list[dict[str, Any]], compile_stats: list[dict[str
             "calls": prof.get("calls"),
             "kernels": prof.get("kernels", []),
             "baseline_kernels": prof.get("baseline_kernels", []),
-            "roofline": classify(flops, nbytes, ms, wall_ms=row.get("wall_ms")),
+            "roofline": classify(flops, nbytes, ms, peaks=peaks, wall_ms=row.get("wall_ms")),
         })
     profile: dict[str, Any] = {
         "source": "torch.profiler (CUPTI) over a few calls per shape, inputs refilled and L2 flushed before each; "
-                  "roofline from the task's FLOP/byte formulas against 4.25 TB/s and 672 TFLOP/s (H200, measured)",
+                  f"roofline from the task's FLOP/byte formulas against {peaks.describe()}",
         "shapes": shapes,
         "compile": compile_stats,
     }

@@ -18,7 +18,7 @@ from typing import Any
 
 from workbench.tasks import probe, templates
 from workbench.tasks.model import TaskError
-from workbench.tasks.scaffold import Spec
+from workbench.tasks.scaffold import SMALL_PARAM, Spec
 
 _HELPERS = '''
 _SKELETONS = {}
@@ -44,6 +44,10 @@ def _configure(shape):
                 namespace[name] = shape[name]
             elif name in TUPLES:
                 namespace[name] = tuple(shape[f"{name}_{i}"] for i in range(TUPLES[name]))
+    for name in LITERALS:
+        namespace[name] = shape[name]
+    if GET_INPUTS:
+        exec(GET_INPUTS, namespace)  # get_inputs with its literal sizes read from LITERALS' names
 
 
 def _skeleton(init, device):
@@ -105,6 +109,84 @@ def _int_literal(expr: ast.AST) -> int | tuple[int, ...] | None:
     return None
 
 
+_FACTORIES = {"rand", "randn", "zeros", "ones", "empty"}
+"""torch functions whose positional arguments are all sizes (each an int or a tuple of ints)."""
+
+
+def _size_slots(call: ast.Call) -> list[tuple[list[ast.expr], int]]:
+    """Where a torch factory call holds its sizes: (container, index) of each size expression, so it can be replaced.
+
+    `torch.rand(b, 3, 224)`, `torch.zeros((b, 224))`, `torch.randint(0, 10, (b, 224))`, `torch.full((b, 224), 0.5)`
+    and `size=` keywords; any other call has none.
+    """
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "torch"):
+        return []
+    if func.attr in _FACTORIES:
+        positions = list(range(len(call.args)))
+    elif func.attr == "randint" and len(call.args) >= 2:
+        positions = [len(call.args) - 1]
+    elif func.attr == "full" and call.args:
+        positions = [0]
+    else:
+        positions = []
+    slots: list[tuple[list[ast.expr], int]] = []
+    exprs = [(call.args, i) for i in positions] + [(kw, -1) for kw in call.keywords if kw.arg == "size"]
+    for holder, i in exprs:
+        expr = holder[i] if isinstance(holder, list) else holder.value  # type: ignore[union-attr]
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            slots += [(expr.elts, j) for j in range(len(expr.elts))]
+        elif isinstance(holder, list):
+            slots.append((holder, i))
+    return slots
+
+
+def _lift_literal_sizes(fn: ast.FunctionDef, runtime: list[str], taken: set[str]) -> dict[str, int]:
+    """Give get_inputs' literal sizes (`torch.rand(batch_size, 3, 224, 224)`: the 224s) names, so the shapes can scale
+    them like the module constants; the function is rewritten in place to read the names.
+
+    Returns:
+        name -> the literal, for each size above SMALL_PARAM (smaller ones are channel counts and the like, and
+        stay as written). A name is the input's (its forward argument, or the variable it is assigned to) plus the
+        dimension: x_dim2.
+    """
+    labels: dict[int, str] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            labels.update({id(c): node.targets[0].id for c in ast.walk(node.value) if isinstance(c, ast.Call)})
+        elif isinstance(node, ast.Return) and isinstance(node.value, (ast.List, ast.Tuple)):
+            for i, elt in enumerate(node.value.elts):
+                label = runtime[i] if i < len(runtime) else f"input{i}"
+                labels.update({id(c): label for c in ast.walk(elt) if isinstance(c, ast.Call)})
+    lifted: dict[str, int] = {}
+    for call in [c for c in ast.walk(fn) if isinstance(c, ast.Call)]:
+        for dim, (container, i) in enumerate(_size_slots(call)):
+            value = container[i]
+            if isinstance(value, ast.Constant) and type(value.value) is int and value.value > SMALL_PARAM:
+                name = _ident(f"{labels.get(id(call), 'input')}_dim{dim}", taken)
+                container[i] = ast.copy_location(ast.Name(id=name, ctx=ast.Load()), value)
+                lifted[name] = value.value
+    return lifted
+
+
+def _assigned(node: ast.Assign) -> tuple[list[str], list[ast.expr]]:
+    """(names, value expressions) a module-level assignment binds: `n = 16`, `d, h = 16, 32`, and chains such as
+    `height = width = 256` (each name gets the value); ([], []) for any other target."""
+    names: list[str] = []
+    values: list[ast.expr] = []
+    for target in node.targets:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+            values.append(node.value)
+        elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) and \
+                isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(target.elts):
+            names += [e.id for e in target.elts]  # type: ignore[attr-defined]
+            values += list(node.value.elts)
+        else:
+            return [], []
+    return names, values
+
+
 def spec_from_file(path: Path, name: str, command: str) -> Spec:
     """The Spec of one KernelBench problem file.
 
@@ -129,17 +211,10 @@ def spec_from_file(path: Path, name: str, command: str) -> Spec:
     params: dict[str, Any] = {}
     assigns: list[list[Any]] = []
     for node in tree.body:
-        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+        if not isinstance(node, ast.Assign):
             continue
-        target, value = node.targets[0], node.value
-        if isinstance(target, ast.Name):
-            names = [target.id]
-            values = [value]
-        elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) and \
-                isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts):
-            names = [e.id for e in target.elts]  # type: ignore[attr-defined]
-            values = list(value.elts)
-        else:
+        names, values = _assigned(node)
+        if not names:
             continue
         assigns.append([ast.get_source_segment(source, node), names])
         for var, expr in zip(names, values):
@@ -185,6 +260,9 @@ def spec_from_file(path: Path, name: str, command: str) -> Spec:
         if len(names) < len(runtime):
             raise TaskError(f"{path}: get_inputs: returns {len(runtime)} values, Model.forward takes {len(names)}")
         runtime_names = [_ident(n, taken) for n in names[:len(runtime)]]
+    module_names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | set(top) | set(vars(module))
+    literals = _lift_literal_sizes(top["get_inputs"], runtime_names, module_names)  # type: ignore[arg-type]
+    params.update(literals)
     state = list(dict(model.named_parameters()).items()) + list(dict(model.named_buffers()).items())
     weights = {_ident(key.replace(".", "_"), taken): key for key, _ in state}
     init_params = [p.name for p in inspect.signature(module.Model.__init__).parameters.values()][1:]
@@ -204,6 +282,8 @@ def spec_from_file(path: Path, name: str, command: str) -> Spec:
             "SIZES": sizes,
             "TUPLES": tuples,
             "ASSIGNS": assigns,
+            "LITERALS": list(literals),
+            "GET_INPUTS": ast.unparse(top["get_inputs"]) if literals else "",
             "RUNTIME": runtime_names,
             "WEIGHTS": weights,
             "INIT": init_inputs,

@@ -7,14 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.devices import PEAKS, peaks_for  # noqa: F401 - PEAKS (the table, keyed by GPU name) is re-exported
 from workbench.tasks import roofline
-
-PEAKS: dict[str, dict[str, float]] = {
-    "cuda": {"bytes_per_s": 4.8e12, "flops_per_s": 989e12},
-}
-"""Hard hardware limits per device kind (H200: HBM3e 4.8 TB/s, dense bf16 989 TFLOP/s). A time under the floor
-they imply is physically impossible, so it can only be a measurement bug or a cheat. The Triton interpreter on a
-CPU has no meaningful peak, so "cpu" has no entry and no floor."""
 
 SHAPE_GROUPS = ("cuda", "cpu", "heldout", "heldout_cpu")
 """The shape lists of a task: timed CUDA shapes, interpreter shapes, and their held-out counterparts."""
@@ -94,31 +88,39 @@ class Task:
             values.append(roofline.evaluate(tree, scope))
         return values[0], values[1]
 
-    def floor_ms(self, shape: Shape | str, device_kind: str = "cuda") -> float | None:
+    def floor_ms(self, shape: Shape | str, device_kind: str = "cuda", gpu: str | None = None) -> float | None:
         """The roofline floor: max(bytes / peak bandwidth, flops / peak compute), in milliseconds.
+
+        A time under it is physically impossible, so it can only be a measurement bug or a cheat.
 
         Args:
             shape: a Shape of this task or its name.
-            device_kind: "cuda" (H200 peaks) or "cpu" (no floor).
+            device_kind: "cuda" or "cpu" (the Triton interpreter has no meaningful peak, so no floor).
+            gpu: the GPU's name ("NVIDIA H200"); a name the peak table does not know, or None, takes the largest
+                known peaks, so the floor is low but never wrongly high.
 
         Returns:
-            The floor in ms, or None for a device kind with no meaningful peak (the Triton interpreter).
+            The floor in ms, or None on the CPU.
         """
-        peaks = PEAKS.get(device_kind)
-        if peaks is None:
+        if device_kind != "cuda":
             return None
+        peaks = peaks_for(gpu)
         flops, nbytes = self.work(shape)
-        return max(nbytes / peaks["bytes_per_s"], flops / peaks["flops_per_s"]) * 1e3
+        return max(nbytes / peaks.bytes_per_s, flops / peaks.flops_per_s) * 1e3
 
-    def public_view(self) -> dict[str, Any]:
-        """Everything the agent may see: the goal contract without any held-out shape (names included)."""
+    def public_view(self, gpu: str | None = None) -> dict[str, Any]:
+        """Everything the agent may see: the goal contract without any held-out shape (names included).
+
+        Args:
+            gpu: the GPU the run times on, for the CUDA shapes' floor_ms (see floor_ms).
+        """
         shapes: dict[str, list[dict[str, Any]]] = {}
         for group in PUBLIC_GROUPS:
             rows = []
             for shape in self.shapes.get(group, []):
                 row = shape.to_dict()
                 if group == "cuda":
-                    row["floor_ms"] = self.floor_ms(shape, "cuda")
+                    row["floor_ms"] = self.floor_ms(shape, "cuda", gpu)
                 rows.append(row)
             shapes[group] = rows
         return {

@@ -276,7 +276,7 @@ def _round_up(value: float) -> float:
     if value <= 0:
         return value
     exp = math.floor(math.log10(value)) - 1
-    return math.ceil(value / 10**exp) * 10**exp
+    return float(f"{math.ceil(value / 10**exp) * 10**exp:.2g}")  # the float nearest the two-digit decimal
 
 
 def build(spec: Spec, dest_root: Path, *, force: bool = False) -> Built:
