@@ -134,10 +134,11 @@ def chat_messages(message: Any) -> list[dict[str, Any]]:
     blocks = message["content"]
     if message["role"] == "assistant":
         text = "\n\n".join(b["text"] for b in blocks if b.get("type") == "text")
-        out: dict[str, Any] = {"role": "assistant", "content": text or None}
         calls = [{"id": b["id"], "type": "function",
                   "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {}, ensure_ascii=False)}}
                  for b in blocks if b.get("type") == "tool_use"]
+        # No text: null beside tool calls, "" for an empty reply (the API wants one of the two).
+        out: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
         if calls:
             out["tool_calls"] = calls
         return [out]
