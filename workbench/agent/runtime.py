@@ -102,9 +102,11 @@ class AgentRuntime:
         resumed = self.state.status not in ("new", "created")
         self.backend.bind(BackendContext(emit=self.emit, notify=self.notify, wait=self.wait, compact=self.compact,
                                          memory=self.memory, budget=self.budget, context_limit=self.context_limit))
-        self.emit("run.started", dict(RunStarted(budget=self.budget.to_dict(), resumed=resumed,
-                                                 agent=self.backend.name, model=self.backend.model,
-                                                 device=self.device)))
+        started = RunStarted(budget=self.budget.to_dict(), resumed=resumed, agent=self.backend.name,
+                             model=self.backend.model, device=self.device)
+        if self.backend.endpoint is not None:
+            started["endpoint"] = self.backend.endpoint
+        self.emit("run.started", dict(started))
         try:
             self._recover_in_flight()
             reason, final = self._loop(stop, commands)
