@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import ray  # in the dev extra: CI runs these tests, it does not skip them
 
 from workbench.fleet import cluster
 from workbench.fleet.api import EvalJob, FleetError, JobFailed, JobFinished, JobRequeued, JobStarted, SlotChanged
@@ -20,8 +21,6 @@ from workbench.fleet.factory import make_pool, preflight
 from workbench.tasks import load_task
 
 from fleet_jobs import drain, job
-
-ray = pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "kernels" / "softmax" / "seed.py"
