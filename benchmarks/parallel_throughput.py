@@ -109,6 +109,13 @@ def _phases(results: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def _verdicts(finished: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for f in finished:
+        counts[str(f["verdict"])] = counts.get(str(f["verdict"]), 0) + 1
+    return counts
+
+
 def pool_session(task_name: str, device: str, workers: int, seconds: float, folder: Path) -> dict[str, Any]:
     """One time-boxed session through make_pool with `workers` candidates in flight."""
     meter = Meter()
@@ -154,11 +161,9 @@ def pool_session(task_name: str, device: str, workers: int, seconds: float, fold
         pool.close()
     usage = meter.read()
     walls = [f["elapsed_s"] for f in finished if f.get("elapsed_s")]
-    verdicts: dict[str, int] = {}
-    for f in finished:
-        verdicts[str(f["verdict"])] = verdicts.get(str(f["verdict"]), 0) + 1
     return {"mode": "pool", "workers": workers, "seconds": seconds, "finished": len(finished),
-            "per_hour": round(len(finished) * 3600 / seconds, 1), "per_slot": per_slot, "verdicts": verdicts,
+            "per_hour": round(len(finished) * 3600 / seconds, 1), "per_slot": per_slot,
+            "verdicts": _verdicts(finished),
             "median_eval_s": round(statistics.median(walls), 3) if walls else None,
             "first_result_s": finished[0]["t"] if finished else None,
             "cpu_per_candidate_s": round(usage["cpu_ours_s"] / len(finished), 2) if finished else None,
@@ -183,7 +188,7 @@ def service_session(task_name: str, device: str, seconds: float, folder: Path) -
     usage = meter.read()
     walls = [f["elapsed_s"] for f in finished if f.get("elapsed_s")]
     return {"mode": "service", "workers": 1, "seconds": seconds, "finished": len(finished),
-            "per_hour": round(len(finished) * 3600 / seconds, 1),
+            "per_hour": round(len(finished) * 3600 / seconds, 1), "verdicts": _verdicts(finished),
             "median_eval_s": round(statistics.median(walls), 3) if walls else None,
             "first_result_s": finished[0]["t"] if finished else None,
             "cpu_per_candidate_s": round(usage["cpu_ours_s"] / len(finished), 2) if finished else None,
