@@ -76,6 +76,10 @@ def test_the_factory_refuses_more_workers_than_free_gpus_in_one_line(monkeypatch
     with pytest.raises(FleetError) as err:
         factory.make_pool(task, "cuda", workers=3)  # type: ignore[arg-type]
     assert str(err.value) == "--workers 3: this host has 2 free GPUs (4 visible; 2 busy with another job)"
+    with pytest.raises(FleetError) as early:  # what the CLI checks before it makes a session
+        factory.preflight("cuda", workers=3)
+    assert str(early.value) == str(err.value)
+    factory.preflight("cuda", workers=2)
     monkeypatch.setattr(gpus, "_smi", smi(SMI_GPUS.replace(", 1\n", ", 9000\n").replace(", 3\n", ", 9000\n")))
     with pytest.raises(FleetError, match="every visible GPU is busy with another job"):
         factory.make_pool(task, "cuda")  # type: ignore[arg-type]
@@ -83,5 +87,7 @@ def test_the_factory_refuses_more_workers_than_free_gpus_in_one_line(monkeypatch
         factory.make_pool(task, "cpu", workers=0)  # type: ignore[arg-type]
     with pytest.raises(FleetError, match="one per worker at most"):
         factory.make_pool(task, "cpu", workers=999)  # type: ignore[arg-type]
+    with pytest.raises(FleetError, match="one per worker at most"):
+        factory.preflight("cpu", workers=999)
     with pytest.raises(FleetError, match="unknown cluster"):
         factory.make_pool(task, "cpu", cluster="slurm")  # type: ignore[arg-type]

@@ -38,15 +38,20 @@ def default_workers(device: str) -> str:
 
 
 def preflight(device: str, *, workers: int | None = None, cluster: str | None = None) -> None:
-    """Check what a pool needs before a session is made: the device, the workers, Ray and its address.
+    """Check what a pool needs before a session is made: the device, the workers (against this host's free GPUs
+    or CPUs), Ray and its address.
 
     Raises:
         FleetError: one line (the CLI exits 2).
     """
-    _device(device)
+    resolved = _device(device)
     if workers is not None and (isinstance(workers, bool) or workers < 1):
         raise FleetError(f"--workers must be a positive number, got {workers!r}")
     if cluster is None:
+        if resolved == "cuda":
+            _choose_gpus(workers)
+        else:
+            _check_cpu_workers(workers or 1)
         return
     if cluster not in CLUSTERS:
         raise FleetError(f"unknown cluster {cluster!r} (use {', '.join(CLUSTERS)})")
@@ -100,10 +105,13 @@ def _usable_cpus() -> list[int]:
     return usable_cpus()
 
 
-def _gpu_slots(task: "Task", workers: int | None, options: dict[str, Any]) -> tuple[list, list]:
-    from workbench.evaluator.service import EvaluationService
+def _choose_gpus(workers: int | None) -> tuple[list, list[tuple[SlotInfo, str]]]:
+    """The free visible GPUs a pool of `workers` uses, and the busy ones as skipped slots.
+
+    Raises:
+        FleetError: no GPU visible, every one busy, or fewer free than `workers`.
+    """
     from workbench.fleet import gpus
-    from workbench.fleet.runner import ServiceRunner
 
     found = gpus.discover()
     if not found:
@@ -119,7 +127,15 @@ def _gpu_slots(task: "Task", workers: int | None, options: dict[str, Any]) -> tu
         note = f"; {len(skipped)} busy with another job" if skipped else ""
         raise FleetError(f"--workers {workers}: this host has {len(free)} free GPU"
                          f"{'s' if len(free) != 1 else ''} ({len(found)} visible{note})")
-    chosen = free[:workers] if workers is not None else free
+    return (free[:workers] if workers is not None else free), skipped
+
+
+def _gpu_slots(task: "Task", workers: int | None, options: dict[str, Any]) -> tuple[list, list]:
+    from workbench.evaluator.service import EvaluationService
+    from workbench.fleet import gpus
+    from workbench.fleet.runner import ServiceRunner
+
+    chosen, skipped = _choose_gpus(workers)
     plan = gpus.plan_cpus(len(chosen), _usable_cpus(), "cuda")
     slots = []
     try:
@@ -135,15 +151,21 @@ def _gpu_slots(task: "Task", workers: int | None, options: dict[str, Any]) -> tu
     return slots, skipped
 
 
+def _check_cpu_workers(workers: int) -> list[int]:
+    """The CPUs this process may use, when there are enough for `workers` CPU slots (one each at least)."""
+    allowed = _usable_cpus()
+    if allowed and workers > len(allowed):
+        raise FleetError(f"--workers {workers} on the CPU: this process may use {len(allowed)} CPUs, one per worker "
+                         "at most")
+    return allowed
+
+
 def _cpu_slots(task: "Task", workers: int, options: dict[str, Any]) -> tuple[list, list]:
     from workbench.evaluator.service import EvaluationService
     from workbench.fleet import gpus
     from workbench.fleet.runner import ServiceRunner
 
-    allowed = _usable_cpus()
-    if allowed and workers > len(allowed):
-        raise FleetError(f"--workers {workers} on the CPU: this process may use {len(allowed)} CPUs, one per worker "
-                         "at most")
+    allowed = _check_cpu_workers(workers)
     plan = gpus.plan_cpus(workers, allowed, "cpu")
     slots = []
     try:
