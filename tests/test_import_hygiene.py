@@ -10,7 +10,7 @@ from pathlib import Path
 import workbench
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = ("textual", "rich", "anthropic", "openai", "watchfiles")
+FORBIDDEN = ("textual", "rich", "anthropic", "openai", "watchfiles", "ray")
 
 
 def core_modules() -> list[str]:

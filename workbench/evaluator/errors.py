@@ -16,3 +16,8 @@ class EvalUsageError(Exception):
 class EvalServiceError(Exception):
     """The trusted side failed twice on one evaluation (the service died, hung, or its baseline or oracle failed),
     with a restart in between: not the candidate's fault. The message says what happened both times."""
+
+
+class EvalAborted(Exception):
+    """The evaluation was stopped from outside (EvaluationService.abort: the run is stopping), so it has no result;
+    not the candidate's fault and not the service's."""

@@ -79,9 +79,10 @@ def cache_dir() -> Path:
     return Path(root) / "workbench"
 
 
-def candidate_env(device: str, base: dict[str, str] | None = None) -> dict[str, str]:
+def candidate_env(device: str, base: dict[str, str] | None = None, gpu: str | None = None) -> dict[str, str]:
     """The environment of a candidate process: the allowlist, this checkout on the path, its own Triton cache,
-    faulthandler on, and for the CPU the Triton interpreter with every GPU hidden."""
+    faulthandler on, and for the CPU the Triton interpreter with every GPU hidden; on CUDA with `gpu`, that GPU
+    alone (what its evaluation service sees)."""
     source = os.environ if base is None else base
     env = _with_checkout({k: v for k, v in source.items() if allowed(k)})
     env["PYTHONUNBUFFERED"] = "1"
@@ -92,6 +93,8 @@ def candidate_env(device: str, base: dict[str, str] | None = None) -> dict[str, 
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not quietly use a GPU
     else:
         env.pop("TRITON_INTERPRET", None)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
 
 

@@ -83,8 +83,10 @@ class WorkerProcess:
             in); handed to the service, then closed here.
     """
 
-    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True):
+    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True, gpu: str | None = None):
         self.device = device
+        self.gpu = gpu
+        """The GPU it may see (CUDA_VISIBLE_DEVICES), as its evaluation service does; None: the caller's."""
         self.tmp = Path(tempfile.mkdtemp(prefix="workbench-eval-"))
         self.cand_dir = self.tmp / "candidate"
         self.cand_dir.mkdir()
@@ -115,7 +117,7 @@ class WorkerProcess:
                 self.proc = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
                     pass_fds=(to_worker_r, from_worker_w), cwd=self.cand_dir,
-                    env=isolation.candidate_env(self.device),
+                    env=isolation.candidate_env(self.device, gpu=self.gpu),
                     start_new_session=True,  # its own process group, so a timeout kills everything it started
                 )
         except BaseException:
@@ -190,11 +192,14 @@ class WorkerProcess:
 class Prestarter:
     """Keeps one started worker for the next evaluation; thread-safe, so another thread may close it."""
 
-    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True) -> None:
+    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True,
+                 gpu: str | None = None) -> None:
         self.device = device
         self.cpus = cpus
         """CPUs a waiting worker may use: the machine's less the timing processes' (None: all)."""
         self.netns = netns
+        self.gpu = gpu
+        """The GPU its workers may see (None: the caller's visible GPUs)."""
         self._ready: WorkerProcess | None = None
         self._lock = threading.Lock()
         self.hits = 0
@@ -210,14 +215,14 @@ class Prestarter:
         if worker is not None:
             self.hits += 1
             return worker
-        return WorkerProcess(self.device, cpus=self.cpus, netns=self.netns)
+        return WorkerProcess(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu)
 
     def replenish(self) -> None:
         """Start a worker unless one is waiting. Call when nothing is being timed on this device."""
         with self._lock:
             if self._ready is not None:
                 return
-            self._ready = WorkerProcess(self.device, cpus=self.cpus, netns=self.netns)
+            self._ready = WorkerProcess(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu)
 
     def warm(self) -> None:
         """Let the waiting worker touch the GPU now (call once nothing is being timed)."""

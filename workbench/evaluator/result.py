@@ -57,6 +57,19 @@ class ShapeResult(TypedDict, total=False):
     profile: dict[str, Any]
 
 
+class MeasuredOn(TypedDict):
+    """Where an evaluation ran (workbench.fleet): a speedup is only compared with speedups of like GPUs."""
+
+    slot: str
+    """The pool's slot name ("cuda:0", "cpu:1", "ray:host-b:cuda:3")."""
+    device: str
+    gpu: str | None
+    """The GPU's index on its host (nvidia-smi's), None on the CPU."""
+    gpu_name: str | None
+    host: str
+    """The machine's name (never empty, unlike a local SlotInfo's host)."""
+
+
 class EvalResult(TypedDict, total=False):
     """What evaluate() returns (ARCHITECTURE.md, evaluator contract) plus the extras a run journals."""
 
@@ -103,6 +116,8 @@ class EvalResult(TypedDict, total=False):
     """The evaluation service: its evaluations, restarts, re-runs of this one, pid, time spent."""
     compiles: list[dict[str, Any]]
     """Triton compiles the candidate process reported ({"kernel", "s"}), which the time limits allowed for."""
+    measured_on: MeasuredOn
+    """The slot, GPU and host the evaluation ran on (set by the evaluation pool's slot, not by the service)."""
 
 
 CONTRACT_KEYS: tuple[str, ...] = ("task", "file", "sha256", "device", "verdict", "message", "shapes", "speedup",

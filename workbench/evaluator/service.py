@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.devices import DeviceError, resolve_device
 from workbench.evaluator import assemble, crashes, isolation, limits, wire
 from workbench.evaluator.assemble import Outcome
-from workbench.evaluator.errors import EvalServiceError, EvalUsageError
+from workbench.evaluator.errors import EvalAborted, EvalServiceError, EvalUsageError
 from workbench.evaluator.prestart import Prestarter, WorkerProcess, kill_group, status
 from workbench.evaluator.submission import submit
 
@@ -128,7 +128,7 @@ def timing_cpus(cpus: Sequence[int] | None, gpu: str | int | None) -> list[int]:
 class _ServiceProcess:
     """The service process, its message pipe (in) and its request socket (out)."""
 
-    def __init__(self, config: dict[str, Any], device: str, gpu: str | None):
+    def __init__(self, config: dict[str, Any], device: str, gpu: str | None, cpus: set[int] | None = None):
         self.tmp = Path(tempfile.mkdtemp(prefix="workbench-service-"))
         self.log = self.tmp / "service.log"
         msg_r, msg_w = os.pipe()
@@ -155,6 +155,11 @@ class _ServiceProcess:
             theirs.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
+        if cpus:
+            try:  # before it imports anything: its threads and children (precompiles) inherit the mask
+                os.sched_setaffinity(self.proc.pid, cpus)
+            except (AttributeError, OSError):
+                pass
         cfg = {**config, "fd_parent": msg_w, "fd_requests": theirs.fileno()}
         try:
             self.proc.stdin.write(json.dumps(cfg).encode())  # type: ignore[union-attr]
@@ -258,6 +263,9 @@ class EvaluationService:
         cache_bytes: memory for oracle outputs and prepared timing sets (default 16 GiB on CUDA, 1 GiB on CPU).
         prestart: keep a candidate process started ahead of the next evaluation.
         prepare_heldout: also prepare the held-out shapes between evaluations (baseline warm-up, oracle outputs).
+        spare_cpus: the CPUs a waiting candidate process imports on; default: this process's CPUs other than the
+            timing ones. Several services on one host (workbench.fleet) pass the CPUs none of them times on; the
+            service process is then kept to its timing CPUs and these.
 
     Raises:
         EvalUsageError: an unknown device.
@@ -266,7 +274,8 @@ class EvaluationService:
     def __init__(self, task: "Task", device: str = "auto", *, gpu: str | int | None = None,
                  cpus: Sequence[int] | None = None, seeds: int = 3, secret_seeds: bool = True, fresh_sets: int = 2,
                  refresh_every: int = 8, precision: float = 0.01, cache_bytes: int | None = None,
-                 prestart: bool = True, prepare_heldout: bool = True) -> None:
+                 prestart: bool = True, prepare_heldout: bool = True,
+                 spare_cpus: Sequence[int] | None = None) -> None:
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise EvalUsageError(f"seeds must be a positive integer, got {seeds!r}")
         if fresh_sets < 2:
@@ -297,9 +306,16 @@ class EvaluationService:
         self.faults: list[Fault] = []
         self._last: dict[str, Any] = {}
         """The last result's service-side figures (cache, isolation), for health()."""
-        spare = set(usable_cpus()) - set(self.cpus)
-        self._prestarter = Prestarter(self.device, cpus=spare or None, netns=isolation.netns_wanted()) \
-            if prestart else None
+        self._worker: WorkerProcess | None = None
+        """The candidate process of the evaluation in flight (for abort())."""
+        self._aborted = False
+        """Set by abort() while an evaluation is in flight; evaluate() then raises EvalAborted."""
+        spare = set(spare_cpus) if spare_cpus is not None else set(usable_cpus()) - set(self.cpus)
+        self._affinity = (set(self.cpus) | spare) if spare_cpus is not None else None
+        """Where the service process runs when a pool shares the host out (its timing CPUs and the spare ones, never
+        another service's timing CPUs); None: anywhere."""
+        self._prestarter = Prestarter(self.device, cpus=spare or None, netns=isolation.netns_wanted(),
+                                      gpu=self.gpu) if prestart else None
         self._start()
         self._replenish(warm=True)
 
@@ -311,7 +327,7 @@ class EvaluationService:
                 {"group": hidden, "role": "heldout", "shapes": [s.to_dict() for s in self.task.shapes[hidden]]}]
 
     def _start(self) -> None:
-        self._proc = _ServiceProcess(self._config, self.device, self.gpu)
+        self._proc = _ServiceProcess(self._config, self.device, self.gpu, self._affinity)
 
     def _restart(self) -> None:
         if self._proc is not None:
@@ -345,6 +361,8 @@ class EvaluationService:
                         raise EvalUsageError(str(msg.get("message")))
                 return
             except _Died:
+                if self._aborted:
+                    raise EvalAborted("the evaluation was aborted while the service started") from None
                 fault = Fault("start", f"the evaluation service did not start: {self._proc.log_tail() or 'no output'}")
                 self.faults.append(fault)
                 if attempt == 2:
@@ -375,6 +393,7 @@ class EvaluationService:
         Raises:
             EvalUsageError: a missing file, bad arguments, or a task or device the service cannot use.
             EvalServiceError: the service failed twice on this evaluation (restarted in between).
+            EvalAborted: abort() stopped it.
         """
         if timeout_s is not None and not timeout_s > 0:
             raise EvalUsageError(f"timeout_s must be positive, got {timeout_s!r}")
@@ -385,10 +404,13 @@ class EvaluationService:
             return sub.early  # type: ignore[return-value]
         use_graph = (self.task.graph_timing if graph is None else bool(graph)) and self.device == "cuda"
         with self._lock:
+            self._aborted = False
             failures: list[Fault] = []
             for _ in (1, 2):
                 self._count += 1
                 outcome = self._run(sub, heldout, use_graph, timeout_s, on_stage, self._count)
+                if self._aborted:
+                    raise EvalAborted(f"the evaluation of {sub.path.name} was aborted")
                 if isinstance(outcome, Fault):
                     failures.append(outcome)
                     self.faults.append(outcome)
@@ -405,7 +427,7 @@ class EvaluationService:
 
     def _take_worker(self) -> tuple[WorkerProcess, bool]:
         if self._prestarter is None:
-            return WorkerProcess(self.device, netns=isolation.netns_wanted()), False
+            return WorkerProcess(self.device, netns=isolation.netns_wanted(), gpu=self.gpu), False
         hits = self._prestarter.hits
         worker = self._prestarter.take()
         return worker, self._prestarter.hits > hits
@@ -418,6 +440,7 @@ class EvaluationService:
         overlaps.
         """
         worker, prestarted = self._take_worker()
+        self._worker = worker
         keep = bool(os.environ.get(KEEP_ENV))
         try:
             self._ensure_ready()
@@ -449,6 +472,7 @@ class EvaluationService:
                     outcome.logs_dir = str(worker.tmp)
             return outcome
         finally:
+            self._worker = None
             worker.discard(keep_dir=keep)
             self._replenish(warm=True)
 
@@ -475,13 +499,33 @@ class EvaluationService:
             baseline=proc.baseline if proc else None, netns=self._last.get("netns"),
             cache=dict(self._last.get("cache") or {}))
 
+    def abort(self) -> None:
+        """Stop the evaluation in flight, from another thread (the run is stopping): its candidate process and the
+        service process are killed, and evaluate() raises EvalAborted at once; the next evaluation starts the
+        service again. Nothing happens when no evaluation is in flight."""
+        if not self._lock.locked():
+            return
+        self._aborted = True
+        proc, worker = self._proc, self._worker
+        if proc is not None:
+            kill_group(proc.proc)  # the watch then reads the end of its pipe: no fd is closed under it
+        if worker is not None and worker.proc is not None:
+            kill_group(worker.proc)
+
     def close(self) -> None:
-        """Stop the service and any waiting candidate process; the object cannot evaluate afterwards."""
+        """Stop the service and any waiting candidate process (aborting an evaluation in flight); the object
+        cannot evaluate afterwards."""
         self._closed = True
-        if self._prestarter is not None:
-            self._prestarter.close()
-        if self._proc is not None:
-            self._proc.close(kill=False)
+        self.abort()
+        held = self._lock.acquire(timeout=limits.ABORT_S + LOST_WAIT_S)  # the aborted evaluation lets go first
+        try:
+            if self._prestarter is not None:
+                self._prestarter.close()
+            if self._proc is not None:
+                self._proc.close(kill=False)
+        finally:
+            if held:
+                self._lock.release()
 
     def __enter__(self) -> "EvaluationService":
         return self

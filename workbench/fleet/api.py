@@ -4,6 +4,10 @@ A pool runs evaluations on slots (one per GPU of this host, a CPU slot, or a Ray
 The runtime submits `EvalJob`s and drains `PoolEvent`s from its own thread, so the journal keeps one writer however
 many evaluations run at once: a slot never journals, it only reports. Jobs carry the candidate's source as well as
 its path, so a slot on another host needs nothing but the job.
+
+Every job ends in exactly one JobFinished or JobFailed. Between its JobStarted and that end there may be one
+JobRequeued: the slot's trusted side failed on it (not the candidate), the slot was marked faulted or retired, and
+the job waits for another slot, where it starts again (a second JobStarted, same job and attempt).
 """
 
 from __future__ import annotations
@@ -22,6 +26,17 @@ PRIORITY: dict[str, int] = {"heldout": 0, "profile": 1, "candidate": 2}
 """Lower runs first: the held-out check of a new best, then profiles, then new candidates (FIFO within a kind)."""
 
 SlotState = Literal["idle", "busy", "faulted", "retired", "skipped"]
+"""faulted: its trusted side failed once and was replaced (it still takes jobs); retired: it failed again, or its
+Ray actor was lost (it takes no more); skipped: never used (a GPU busy with someone else's job)."""
+
+RETIRE_AFTER = 2
+"""Faults of a slot's trusted side after which it is retired."""
+
+
+class FleetError(Exception):
+    """A pool that cannot be made (more workers than free GPUs, every GPU busy, Ray missing or not answering):
+    one line, which the CLI prints before exiting with status 2."""
+
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,17 @@ class JobFailed:
 
 
 @dataclass(frozen=True)
+class JobRequeued:
+    """The slot's trusted side failed on the job (a fault of the GPU, the service or a lost Ray actor): it is queued
+    again, once, for another slot where there is one; its earlier JobStarted has no end of its own."""
+
+    job: EvalJob
+    slot: SlotInfo
+    """The slot it left."""
+    message: str
+
+
+@dataclass(frozen=True)
 class SlotChanged:
     """A slot's state changed: faulted (and replaced), retired, skipped (a GPU busy with someone else's job)."""
 
@@ -101,7 +127,7 @@ class SlotChanged:
     message: str = ""
 
 
-PoolEvent = Union[JobStarted, JobFinished, JobFailed, SlotChanged]
+PoolEvent = Union[JobStarted, JobFinished, JobFailed, JobRequeued, SlotChanged]
 
 
 @dataclass
@@ -134,6 +160,11 @@ class EvaluationPool(Protocol):
 
     def pending(self) -> int:
         """Jobs queued or running."""
+        ...
+
+    def reference(self) -> str | None:
+        """The slot that confirms a new best (pin its held-out job there with EvalJob.slot), so every standing
+        best was measured on one GPU: the first slot still taking jobs; None when none is."""
         ...
 
     def cancel(self, job_id: str) -> bool:
