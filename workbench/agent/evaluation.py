@@ -153,6 +153,10 @@ class Evaluated:
     """Set when nothing ran: the seq of the eval.finished an identical source was given before."""
 
 
+class EvaluationsError(Exception):
+    """No evaluation can run any more (every slot retired or skipped): the run stops, resumable; one line."""
+
+
 class Evaluations:
     """Evaluates attempts on the run's pool and journals what came of it (see the module docstring).
 
@@ -265,6 +269,8 @@ class Evaluations:
 
     def _report(self, event: PoolEvent) -> int | None:
         """Journal one pool event; the attempt it ended a job of, if any."""
+        if not isinstance(event, SlotChanged) and event.job.id not in self.state.jobs:
+            return None  # not a job this session queued (nothing else may write to its journal)
         if isinstance(event, JobStarted):
             self._emit("eval.started", dict(EvalStarted(job=event.job.id, attempt=event.job.attempt,
                                                         slot=event.slot.to_dict())))  # type: ignore[typeddict-item]
@@ -398,6 +404,9 @@ class Evaluations:
             if moved is not None:
                 data["reference"] = moved
         self._emit("fleet.slot", dict(data))
+        if all(s.state in ("retired", "skipped") for s in self.pool.slots()):
+            raise EvaluationsError("every evaluation slot is out of service: " + "; ".join(
+                f"{s.info.slot}: {s.faults[-1] if s.faults else s.state}" for s in self.pool.slots()))
         if moved is None:
             return
         old, self.reference = self.reference, moved

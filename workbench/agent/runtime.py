@@ -215,6 +215,12 @@ class AgentRuntime:
         self.checkpoints.write(self.state)
         return reason
 
+    def close(self) -> None:
+        """Close the evaluation pool if no run did (a TUI closed before its agent started)."""
+        if self._pool_open:
+            self.evaluations.close()
+            self._pool_open = False
+
     def _loop(self, stop: threading.Event, commands: "queue.Queue[Command]") -> tuple[str, bool]:
         while True:
             self._take_commands(commands)
@@ -281,8 +287,12 @@ class AgentRuntime:
     def _settle(self, stop: threading.Event) -> None:
         """Before a run ends by itself (a finish, a budget): journal the evaluations still in flight, which may make
         a new best; a stop by the person leaves them to the next run."""
-        while not stop.is_set() and self.evaluations.pool.pending():
+        quiet = 0
+        while not stop.is_set() and self.state.jobs and quiet < 2:
+            seq = self.state.last_seq
             self._idle(IDLE_S)
+            # A result the pool holds is journaled by the next drain; a job no slot can take would wait forever.
+            quiet = quiet + 1 if self.state.last_seq == seq and not self.evaluations.pool.pending() else 0
 
     def _show_fleet(self) -> None:
         """Tell the sink what the slots are doing when it changed (phases are not journaled: they change often)."""

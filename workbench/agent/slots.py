@@ -135,10 +135,10 @@ def check_ray(address: str | None) -> None:
     Raises:
         PoolError: Ray is not installed, or nothing accepts a connection at the address within RAY_CONNECT_S.
     """
-    import importlib.util
-
-    if importlib.util.find_spec("ray") is None:
-        raise PoolError(f"--cluster ray needs Ray, which is not installed: {RAY_EXTRA}")
+    try:
+        import ray  # noqa: F401 - only to learn whether it imports (the pool's slots use it)
+    except ImportError as exc:
+        raise PoolError(f"--cluster ray needs Ray, which is not installed ({exc}): {RAY_EXTRA}") from None
     if address is None or address in ("auto", "local"):
         return
     target = urlsplit(address if "://" in address else f"ray://{address}")

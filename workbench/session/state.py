@@ -41,6 +41,10 @@ class Attempt:
     confirming: bool = False
     """Its candidate result would be a new best, and the held-out check on the reference slot has not come back
     yet: it is not the best until it has."""
+    confirmed: bool | None = None
+    """Whether its result passed the held-out check on the reference slot; False until then for results from the
+    evaluation pool, which can be the best only once confirmed. None: journals from before the pool, whose best
+    stood as it was judged (and was demoted by a failed check)."""
     eval_error: str = ""
     """Why its latest evaluation produced no result (the trusted side failed twice, or it was cancelled)."""
 
@@ -83,6 +87,8 @@ class SessionState:
     """Conversations the latest run drives from the goal (run --branches)."""
     workers: int = 0
     """Evaluation slots of the latest run (0 before the fleet recorded them)."""
+    cluster: str = ""
+    """How the latest run's slots were made: 'local' or 'ray' ('' before the fleet recorded it)."""
     reference: str = ""
     """The slot that confirms a new best."""
     slots: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -156,7 +162,7 @@ class SessionState:
 
 
 def _better(candidate: Attempt, incumbent: Attempt | None) -> bool:
-    if candidate.verdict != "ok" or candidate.speedup is None or candidate.confirming:
+    if candidate.verdict != "ok" or candidate.speedup is None or candidate.confirmed is False:
         return False
     if incumbent is None or incumbent.speedup is None:
         return True
@@ -217,6 +223,7 @@ def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) ->
     state.branches = int(data.get("branches", 1))
     if "slots" in data:
         state.workers = int(data.get("workers", len(data["slots"])))
+        state.cluster = data.get("cluster", "local")
         state.reference = data.get("reference", "")
         state.slots = {s["slot"]: {**s, "state": "idle", "job": "", "attempt": None, "evaluations": 0, "faults": []}
                        for s in data["slots"]}
@@ -280,7 +287,12 @@ def _eval_finished(state: SessionState, data: ev.EvalFinished, seq: int, ts: str
     attempt.ms = sum(times) if times else None
     attempt.eval_seq = seq
     attempt.eval_error = ""
-    attempt.confirming = bool(data.get("pending")) and data.get("check") != "heldout"
+    heldout = data.get("check") == "heldout"
+    attempt.confirming = bool(data.get("pending")) and not heldout
+    if "job" in data:
+        attempt.confirmed = bool((data.get("heldout") or {}).get("passed")) if heldout else False
+    else:
+        attempt.confirmed = None
     if "slot" in data:
         attempt.slot = data["slot"].get("slot", "")
     if state.best == attempt.n:
