@@ -41,6 +41,10 @@ def forward(x):
 TASK = SimpleNamespace(name="toy", public_view=lambda: {"name": "toy"})
 
 
+def variant(block: int) -> str:
+    return SEED.replace('"BLOCK": 1,', f'"BLOCK": {block},')
+
+
 def speed_of(config: dict[str, Any]) -> float:
     return config["BLOCK"] * config["num_warps"] / 4
 
@@ -177,6 +181,66 @@ def test_a_new_best_stands_only_once_confirmed_on_the_reference_slot_and_takes_i
     files.close()
 
 
+def evaluations_on(tmp_path: Path, pool: LocalPool, sources: dict[int, str]):
+    """Evaluations over `pool` for a session holding `sources` as attempts (no runtime)."""
+    from workbench.session.state import apply
+
+    files = SessionStore(tmp_path).create(task="toy", agent="tuner", model=None, device="cpu", budget={})
+    state = SessionState()
+
+    def emit(kind, data):
+        event = files.journal.append(kind, data)
+        apply(state, event.to_dict())
+        return event
+
+    def path_of(n):
+        if not files.attempt_dir(n).exists():
+            files.write_attempt(n, kernel=state.attempts[n].source, parent_kernel=None, parent=None)
+        return files.attempt_dir(n) / "kernel.py"
+
+    for n, source in sources.items():
+        emit("attempt.written", {"attempt": n, "sha256": str(n), "source": source, "params": {}})
+    return Evaluations(pool, task=TASK, state=state, files=files, emit=emit, attempt_path=path_of), state, files
+
+
+def settle_until(evals, predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        evals.drain(0.05)
+    assert predicate(), "timed out"
+
+
+def test_the_reference_slot_checks_the_fastest_candidate_first_and_the_next_one_when_that_check_fails(tmp_path):
+    calls: list = []
+    gate = threading.Event()
+
+    class Overfits(Runner):
+        def run(self, job):
+            out = super().run(job)
+            if job.heldout and read_declared(job.path.read_text()).config["BLOCK"] == 8:
+                out["verdict"], out["message"] = "incorrect", "H1: rel_err 0.3 > 1e-5"
+                out["heldout"] = [{"name": "H1", "correct": False}]
+            return out
+
+    pool = pool_of(Overfits("cpu:0", calls, gate=gate), Overfits("cpu:1", calls))
+    evals, state, files = evaluations_on(tmp_path, pool, {1: variant(2), 2: variant(4), 3: variant(8)})
+    pool.submit(EvalJob("busy", 0, tmp_path / "none.py", "", slot="cpu:0"))  # the reference slot is busy
+    for n in (1, 2, 3):  # judged in this order on cpu:1: each faster than the last
+        evals.request(n)
+        settle_until(evals, lambda: state.attempts[n].verdict is not None)
+    settle_until(evals, lambda: not state.attempts[1].confirming and not state.attempts[2].confirming)
+    failed = [e.data for e in journal(files) if e.type == "eval.failed"]
+    assert [(f["attempt"], f["message"]) for f in failed] == [
+        (1, "superseded: attempt 2 (1x) is checked first"), (2, "superseded: attempt 3 (2x) is checked first")]
+    assert state.attempts[3].confirming and state.best is None
+    gate.set()  # attempt 3 overfits: its check fails, and attempt 2, next in speed, is checked in its place
+    settle_until(evals, lambda: state.best is not None)
+    assert state.best == 2 and state.attempts[2].confirmed and state.attempts[3].verdict == "incorrect"
+    assert [n for _, n, kind in calls if kind == "heldout"] == [3, 2] and state.attempts[1].confirmed is False
+    evals.close()
+    files.close()
+
+
 def test_a_retired_reference_slot_hands_its_confirmations_to_the_next_slot(tmp_path):
     calls: list = []
     hold = threading.Event()
@@ -291,10 +355,6 @@ def llm_session(tmp_path, backend, pool, budget=Budget()):
     runtime.emit("session.created", {"id": files.id, "task": "toy", "agent": "claude", "device": "cpu", "budget": {}})
     runtime.emit("goal.set", {"name": "toy", "device": "cpu"})
     return runtime, files
-
-
-def variant(block: int) -> str:
-    return SEED.replace('"BLOCK": 1,', f'"BLOCK": {block},')
 
 
 def test_one_evaluate_call_runs_several_attempts_and_each_result_reaches_the_model_as_it_comes(tmp_path):

@@ -183,6 +183,8 @@ class Evaluations:
         """The slot that confirms new bests; moves when it retires."""
         self._repin: set[str] = set()
         """Queued confirmations cancelled to be queued again on a new reference slot."""
+        self._stale: dict[str, str] = {}
+        """Queued checks cancelled because a faster attempt's check goes first, with the reason journaled."""
 
     # -- submitting --------------------------------------------------------------------------------------------
     def slots(self) -> list[SlotInfo]:
@@ -286,7 +288,8 @@ class Evaluations:
                 self._repin.discard(event.job.id)
                 self.submit(event.job.attempt, kind=event.job.kind, requeue_of=event.job.id, **self._asker(event.job))
                 return None
-            data = EvalFailed(job=event.job.id, attempt=event.job.attempt, message=event.message,
+            message = self._stale.pop(event.job.id, event.message) if event.cancelled else event.message
+            data = EvalFailed(job=event.job.id, attempt=event.job.attempt, message=message,
                               cancelled=event.cancelled, **self._asker(event.job))  # type: ignore[typeddict-item]
             if event.slot is not None:
                 data["slot"] = event.slot.to_dict()  # type: ignore[typeddict-item]
@@ -316,13 +319,40 @@ class Evaluations:
         if isinstance(result.get("profile"), dict):
             self._profile(n, result["profile"], best_before)
         if pending:
+            self._supersede(n)
             self.submit(n, kind="heldout", **asker)
+
+    def _supersede(self, n: int) -> None:
+        """Cancel the queued held-out checks of slower pending attempts: the reference slot checks the new best
+        first; should it fail, _check_next checks the next one."""
+        speedup = self.state.attempts[n].speedup or 0.0
+        for job in list(self.state.jobs.values()):
+            if job.get("kind") == "heldout" and not job.get("slot_taken") and job["attempt"] != n and \
+                    (self.state.attempts[job["attempt"]].speedup or 0.0) < speedup and self.pool.cancel(job["job"]):
+                self._stale[job["job"]] = f"superseded: attempt {n} ({speedup:.3g}x) is checked first"
+
+    def _bar(self) -> float | None:
+        """The speedup a result must beat to be checked: the confirmed best's, or a better one's being confirmed."""
+        return max((a.speedup for a in self.state.attempts.values() if a.speedup is not None and
+                    (a.n == self.state.best or a.confirming)), default=None)
 
     def _beats_best(self, result: EvalResult) -> bool:
         if result.get("verdict") != "ok" or result.get("speedup") is None:
             return False
-        best = self.state.best_attempt
-        return best is None or best.speedup is None or result["speedup"] > best.speedup  # type: ignore[operator]
+        bar = self._bar()
+        return bar is None or result["speedup"] > bar  # type: ignore[operator]
+
+    def _check_next(self) -> None:
+        """After a check failed: the best judged attempt that beats the bar and was never checked gets its check
+        (it was not a new best when judged, because the one that just failed was ahead of it; a judged attempt that
+        is still unconfirmed was never checked, since a check either confirms it or changes its verdict)."""
+        bar = self._bar()
+        checked = {j["attempt"] for j in self.state.jobs.values() if j.get("kind") == "heldout"}
+        waiting = [a for a in self.state.attempts.values() if a.verdict == "ok" and a.speedup is not None and
+                   a.confirmed is False and not a.confirming and a.n not in checked and (bar is None or a.speedup > bar)]
+        if waiting:
+            top = max(waiting, key=lambda a: (a.speedup, -a.n))
+            self.submit(top.n, kind="heldout")
 
     def _confirm(self, job: EvalJob, slot: SlotInfo, raw: EvalResult) -> None:
         """The held-out check of a new best on the reference slot: it stands, or is demoted; the agent never sees
@@ -363,6 +393,8 @@ class Evaluations:
         if observed is not None:
             data["observed"] = observed
         self._emit("eval.finished", dict(data))
+        if not passed:
+            self._check_next()
 
     def _candidate_result(self, n: int) -> EvalResult:
         """The candidate's own result (attempts/NNNN/result.json), or what the journal holds of it."""

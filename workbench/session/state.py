@@ -333,9 +333,14 @@ def _eval_started(state: SessionState, data: ev.EvalStarted, seq: int, ts: str) 
 
 @_on("eval.failed")
 def _eval_failed(state: SessionState, data: ev.EvalFailed, seq: int, ts: str) -> None:
+    kind = state.jobs.get(data.get("job", ""), {}).get("kind", "candidate")
     _job_done(state, data)
     attempt = state.attempts.get(data.get("attempt", 0))
-    if attempt is not None:
+    if attempt is None:
+        return
+    if kind == "heldout":
+        attempt.confirming = False  # dropped or failed: the attempt stays unconfirmed, never the best
+    else:
         attempt.eval_error = data.get("message", "") or "the evaluation produced no result"
 
 
