@@ -127,6 +127,31 @@ def test_the_tuner_keeps_one_config_per_slot_in_flight_takes_results_in_any_orde
     files.close()
 
 
+def test_the_sink_hears_of_every_job_at_once_and_of_phases_at_most_twice_a_second(tmp_path):
+    calls: list = []
+    box: list = []
+
+    class Stepping(Runner):
+        def run(self, job):
+            for i in range(20):  # an evaluation that reports a step every 25 ms
+                box[0].set_phase(self.name, f"step {i}")
+                time.sleep(0.025)
+            return super().run(job)
+
+    pool = pool_of(Stepping("cpu:0", calls))
+    box.append(pool)
+    runtime, files = new_session(tmp_path, Budget(max_iterations=2), pool)
+    sink = RecordingSink()
+    runtime.run(threading.Event(), queue.Queue(), sink)
+    jobs = [v.slots[0].job.id if v.slots[0].job else "" for v in sink.fleets]
+    started = [e.data["job"] for e in sink.events if e.type == "eval.started"]
+    assert all(job in jobs for job in started), "every job taken is reported"
+    phases = [(v.slots[0].job.id, v.slots[0].phase) for v in sink.fleets if v.slots[0].job and v.slots[0].phase]
+    per_job = {job: sum(1 for j, _ in phases if j == job) for job in started}
+    assert all(1 <= n <= 3 for n in per_job.values()), per_job  # 0.5 s of steps: two or three views, not twenty
+    files.close()
+
+
 def test_max_iterations_is_not_overshot_with_several_slots_busy(tmp_path):
     calls: list = []
     pool = pool_of(*(Runner(f"cpu:{i}", calls, lambda c: 0.05) for i in range(3)))

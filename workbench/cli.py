@@ -349,6 +349,9 @@ def _run_tui(runtime, files, args: argparse.Namespace) -> int:
     from workbench.ui.factory import make_app
 
     app = make_app(_settings(args), state=runtime.state, runtime=runtime)
+    # The agent's thread (journal, fold) shares the interpreter lock with the UI: a 1 ms switch interval, not 5,
+    # lets a key's handler in as soon as the agent's work reaches a switch point.
+    sys.setswitchinterval(0.001)
     reason = app.run()
     print(f"session {files.id}: {runtime.state.status} ({reason or runtime.state.stop_reason or 'no stop reason'})"
           f"; resume with: workbench resume {files.id}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,6 +47,8 @@ IDLE_S = 0.2
 """Longest wait for the pool between two looks at commands and the stop event (the pause loop's slice too)."""
 MODEL_POLL_S = 0.05
 """The wait while a model call is in flight: its reply is noticed (and journaled) within this."""
+FLEET_PHASE_S = 0.5
+"""Shortest interval between two fleet views that differ only in an evaluation's phase."""
 
 
 def _compact_args(args: Any) -> dict[str, Any]:
@@ -160,7 +163,8 @@ class AgentRuntime:
         """Tool calls waiting for evaluations, by call id."""
         self._calls: list[Future[Any]] = []
         """Model calls in flight (offloaded)."""
-        self._fleet_shown: tuple[Any, ...] | None = None
+        self._fleet_shown: tuple[Any, Any, float] = ((), (), 0.0)
+        """(jobs, phases, when a phase change may next be sent) of the fleet view sent last."""
 
     @staticmethod
     def _once(pool: "EvaluationPool | None") -> Callable[[], "EvaluationPool"]:
@@ -295,13 +299,20 @@ class AgentRuntime:
             quiet = quiet + 1 if self.state.last_seq == seq and not self.evaluations.pool.pending() else 0
 
     def _show_fleet(self) -> None:
-        """Tell the sink what the slots are doing when it changed (phases are not journaled: they change often)."""
+        """Tell the sink what the slots are doing when it changed (phases are not journaled: they change often).
+
+        A job taken or ended, a fault or the queue is sent at once; a change of phase alone at most every
+        FLEET_PHASE_S, because every view costs the TUI a repaint of its fleet pane.
+        """
         slots = tuple(self.evaluations.pool.slots())
         queued = max(0, self.evaluations.pool.pending() - sum(1 for s in slots if s.state == "busy"))
-        key = tuple((s.info.slot, s.state, s.job.id if s.job else "", s.phase, len(s.faults)) for s in slots), queued
-        if key != self._fleet_shown:
-            self._fleet_shown = key
-            self._sink.fleet(FleetView(slots, queued))
+        jobs = tuple((s.info.slot, s.state, s.job.id if s.job else "", len(s.faults)) for s in slots), queued
+        phases = tuple(s.phase for s in slots)
+        now = time.monotonic()
+        if jobs == self._fleet_shown[0] and (phases == self._fleet_shown[1] or now < self._fleet_shown[2]):
+            return
+        self._fleet_shown = (jobs, phases, now + FLEET_PHASE_S)
+        self._sink.fleet(FleetView(slots, queued))
 
     def _take_commands(self, commands: "queue.Queue[Command]") -> None:
         for command in self.commands.take(commands):  # the profile command runs the profile tool
