@@ -41,6 +41,9 @@ class Locked:
     name = "locked"
     credential_hint = "LOCKED_API_KEY set"
 
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+
     def credentials(self):
         return None
 
@@ -73,7 +76,7 @@ def test_pyproject_declares_the_built_in_table():
 
 
 def test_built_ins_work_without_any_installed_entry_points(installed):
-    assert registry.names() == ["tuner", "claude"]
+    assert registry.names() == ["tuner", "claude", "openai"]
     backend = registry.get("tuner").create(registry.BackendOptions(model=None, seed_source="x = 1\n"))
     assert isinstance(backend, TunerBackend) and backend.seed_source == "x = 1\n"
     assert registry.get("tuner").credentials() == "none needed"
@@ -81,7 +84,7 @@ def test_built_ins_work_without_any_installed_entry_points(installed):
 
 def test_a_third_party_backend_is_found_and_runs_through_the_cli(installed, tmp_path, monkeypatch, capsys):
     installed["echo"] = "wb_echo_backend:SPEC"
-    assert registry.names() == ["tuner", "claude", "echo"]
+    assert registry.names() == ["tuner", "claude", "openai", "echo"]
     monkeypatch.setenv("WORKBENCH_KERNELS", str(TASKS))
     monkeypatch.setattr("workbench.agent.evaluation.ServiceEvaluator",
                         lambda device, task=None: FunctionEvaluator(lambda *a, **k: {}, device))
@@ -96,7 +99,7 @@ def test_a_third_party_backend_is_found_and_runs_through_the_cli(installed, tmp_
 
 def test_a_built_in_name_cannot_be_taken_over(installed):
     installed["claude"] = "wb_echo_backend:IMPOSTOR"
-    assert registry.names() == ["tuner", "claude"]
+    assert registry.names() == ["tuner", "claude", "openai"]
     assert registry.get("claude").description.startswith("Claude through the Anthropic")
 
 

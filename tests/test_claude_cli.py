@@ -1,48 +1,27 @@
 """The claude agent through the CLI, in real processes, against the fake Messages API.
 
-The long test is the issue's acceptance run: 1,000 tool calls through several compactions and two
-SIGKILL-and-resume cycles, ending with the goal, every failed strategy and every persistent nudge still in the
-model's context, as seen on the requests the server received.
+The long test is the issue's acceptance run (tests/long_run.py, shared with the openai backend): 1,000 tool calls
+through several compactions and two SIGKILL-and-resume cycles, ending with the goal, every failed strategy and
+every persistent nudge still in the model's context, as seen on the requests the server received.
 """
 
 import copy
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("anthropic")
 
+import long_run  # noqa: E402
 from fake_anthropic import KEY, FakeAnthropic, Message, Status, all_text, text, tool_use  # noqa: E402
-from workbench.agent.memory import SessionMemory  # noqa: E402
 from workbench.journal import read_events  # noqa: E402
-from workbench.session import SessionStore  # noqa: E402
-from workbench.session.replay import load_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "tasks"
-SEED = (FIXTURES / "tiny" / "seed.py").read_text()
-TOTAL = 1000
-BUDGET = 16000
-IDEAS = ["vector loads", "two rows per program", "fp16 staging", "loop unrolling", "persistent programs",
-         "block size 1024", "split reduction", "cache hints", "masked tail", "fused scale"]
-NUDGES = {
-    150: ("P1", "Never use bf16 for the accumulator.", True),
-    420: ("P2", "Prefer numerically identical rewrites; the tolerance is 1e-6.", True),
-    560: ("O1", "Have a look at the loads when you can.", False),
-    600: ("P3", "Temporarily avoid whole-file rewrites.", True),
-}
-REVOKE_AT = 800
-REAL_EVALS = {5, 705, 905}
-KILLED_EVAL = 705
-"""The second kill lands while this evaluation runs: its intent is journaled, its result never is."""
 
 
 def env(server=None, key=KEY):
@@ -103,79 +82,68 @@ def test_claude_is_the_default_with_a_key_and_show_prompt_at_prints_what_the_mod
         assert early.startswith("no model request at or before seq 2")
 
 
-def good(i):
-    return SEED + f"\n# rev {i}\n"
+class Claude:
+    """The Messages API's side of the acceptance run (tests/long_run.py)."""
 
+    key = KEY
 
-def bad(k, again=False):
-    """A variant that imports a banned library (a fast 'forbidden' verdict); each variant is its own change."""
-    head = f"import torch\nimport flash_attn\n\nVARIANT = {k}\n"
-    return SEED.replace("import torch\n", head) + f"\n# {'again ' if again else ''}variant {k}\n"
+    def server(self, script, on_request):
+        return FakeAnthropic(script, on_request=on_request)
 
+    def env(self, server):
+        return {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_AUTH_TOKEN": None, "ANTHROPIC_BASE_URL": server.base_url}
 
-def call_for(i):
-    """The scripted agent's i-th tool call (0-based): mostly cheap reads, a strategy per hundred calls that fails."""
-    k, r = divmod(i, 100)
-    sid = f"S{k + 1}"
-    if i == 0:
-        return "read_task", {}
-    if i == 1:
-        return "read_kernel", {}
-    if i == 2:
-        return "read_file", {"path": "reference.py"}
-    if r == 10:
-        return "ledger", {"action": "add", "strategy": f"variant {k}: {IDEAS[k]}", "status": "trying",
-                          "expected": "a few percent faster"}
-    if r == 60:
-        return "write_kernel", {"source": bad(k), "strategy": sid, "note": f"variant {k}"}
-    if r in (61, 81):
-        return "evaluate", {}
-    if r == 62:
-        return "ledger", {"action": "update", "id": sid, "status": "failed",
-                          "why": f"the kernel imports flash_attn (variant {k})"}
-    if r == 80:
-        return "write_kernel", {"source": bad(k, again=True), "note": f"try variant {k} again"}
-    if i in REAL_EVALS:
-        return "evaluate", {}
-    if i % 157 == 40:
-        return "edit_kernel", None  # malformed arguments
-    if r % 10 == 3:
-        return "write_kernel", {"source": good(i), "note": f"rev {i}"}
-    if r % 10 == 7:
-        return "list_attempts", {"last": 5}
-    if r % 10 == 8 and i > 20:
-        return "diff_attempts", {"a": 1, "b": 2}
-    if r % 10 == 9:
-        return "show_best", {}
-    return "read_kernel", {}
+    def run_args(self, server):
+        return ["--agent", "claude"]
 
+    def reply(self, turn):
+        if turn.fault == "overloaded":
+            return Status(529, "overloaded_error", "Overloaded", headers={"retry-after-ms": "20"})
+        if turn.fault == "rate_limited":
+            return Status(429, "rate_limit_error", "slow down", headers={"retry-after": "0.02"})
+        blocks = [text(turn.text)] if turn.text else []
+        for ref, name, args in turn.calls:
+            blocks.append(tool_use(ref, name, raw=long_run.MALFORMED) if args is None else tool_use(ref, name, args))
+        return Message(blocks)
 
-def tool_calls_in(body):
-    last = body["messages"][-1]["content"]
-    state = next(b["text"] for b in reversed(last) if b.get("type") == "text" and "<state>" in b.get("text", ""))
-    return int(re.search(r"tool_calls=(\d+)", state).group(1))
+    def is_reply(self, reply):
+        return isinstance(reply, Message)
 
+    def units(self, body):
+        return plain(body["messages"])
 
-def script(body, index):
-    if index % 37 == 11:
-        return Status(529, "overloaded_error", "Overloaded", headers={"retry-after-ms": "20"})
-    if index % 53 == 17:
-        return Status(429, "rate_limit_error", "slow down", headers={"retry-after": "0.02"})
-    n = tool_calls_in(body)
-    k = min(n // 100, len(IDEAS) - 1)
-    if n >= TOTAL:
-        return Message([tool_use(f"toolu_{n:05d}", "finish", {"reason": "1,000 calls done"})])
-    blocks = [text(f"Plan at {n}: keep the best correct kernel and explore {IDEAS[k]} next.")]
-    for i in range(n, min(n + 1 + n % 3, TOTAL)):
-        name, args = call_for(i)
-        if args is None:
-            blocks.append(tool_use(f"toolu_{i:05d}", name, raw='{"search": "x", "replace": '))
-        else:
-            blocks.append(tool_use(f"toolu_{i:05d}", name, args))
-    return Message(blocks)
+    def sent_reply(self, reply):
+        out = []
+        for block in reply.blocks:
+            if block["type"] == "text":
+                out.append({"type": "text", "text": block["text"]})
+            else:
+                out.append({"type": "tool_use", "id": block["id"], "name": block["name"],
+                            "input": {} if block.get("raw") is not None else block["input"]})
+        return {"role": "assistant", "content": out}
+
+    def system(self, body):
+        return body["system"][0]["text"]
+
+    def summary(self, body):
+        return body["messages"][0]["content"][0].get("text", "")
+
+    def state(self, body):
+        last = body["messages"][-1]["content"]
+        return next(b["text"] for b in reversed(last) if b.get("type") == "text" and "<state>" in b.get("text", ""))
+
+    def all_text(self, body):
+        return all_text(body)
+
+    def tell_text(self, body):
+        return json.dumps(body["messages"][-1])
+
+    def last_call(self, reply):
+        return reply.blocks[-1]["name"]
 
 
 def plain(value):
+    """A request part without cache breakpoints (they move every turn by design)."""
     value = copy.deepcopy(value)
     if isinstance(value, dict):
         value.pop("cache_control", None)
@@ -185,205 +153,6 @@ def plain(value):
     return value
 
 
-def sent_reply(reply):
-    """The assistant message the client must send back for a scripted reply."""
-    out = []
-    for block in reply.blocks:
-        if block["type"] == "text":
-            out.append({"type": "text", "text": block["text"]})
-        else:
-            raw = block.get("raw")
-            out.append({"type": "tool_use", "id": block["id"], "name": block["name"],
-                        "input": {} if raw is not None else block["input"]})
-    return {"role": "assistant", "content": out}
-
-
-def state_text(body):
-    last = body["messages"][-1]["content"]
-    return next(b["text"] for b in reversed(last) if b.get("type") == "text" and "<state>" in b.get("text", ""))
-
-
-def wait_for_intent(journal, call_id, proc, timeout=240):
-    """Return as soon as the journal holds the tool.call `call_id` (reading only what was appended since)."""
-    offset, pending, deadline = 0, b"", time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open(journal, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        offset += len(chunk)
-        lines = (pending + chunk).split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            if b'"tool.call"' in line and f'"call_id": "{call_id}"'.encode() in line:
-                return
-        assert proc.poll() is None, "the run ended before the call to kill it in"
-        time.sleep(0.02)
-    raise AssertionError(f"{call_id} was never journaled")
-
-
 @pytest.mark.slow
 def test_a_thousand_tool_calls_through_compactions_and_two_kill_9_resumes(tmp_path):
-    sessions, logs = tmp_path / "sessions", tmp_path / "logs"
-    logs.mkdir()
-    info = {"id": None, "done": set(), "replies": {}, "arrivals": []}
-    kill_now, killed = threading.Event(), threading.Event()
-
-    def on_request(body, index):
-        info["arrivals"].append((time.monotonic(), index))
-        n = tool_calls_in(body)
-        if info["id"] is not None:
-            reader = SessionStore(sessions).open(info["id"], writer=False)
-            for at, (name, words, persistent) in NUDGES.items():
-                if n >= at and name not in info["done"]:
-                    info["done"].add(name)
-                    reader.drop_nudge(words, persistent=persistent)
-            if n >= REVOKE_AT and "revoke" not in info["done"]:
-                info["done"].add("revoke")
-                target = next(e.data["id"] for e in reader.read_events()
-                              if e.type == "nudge.received" and e.data["text"] == NUDGES[600][1])
-                reader.drop_nudge(f"/revoke {target}", persistent=False)
-        if n >= 330 and not kill_now.is_set():
-            kill_now.set()  # the client dies with this request in flight
-            killed.wait(60)
-
-    def recorded(body, index):
-        reply = script(body, index)
-        info["replies"][index] = reply
-        return reply
-
-    def start(*args):
-        out = open(logs / f"out{len(list(logs.iterdir()))}.txt", "w+")
-        proc = subprocess.Popen([sys.executable, "-m", "workbench", *args, "--sessions-dir", str(sessions)],
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, env=env(server))
-        return proc, out
-
-    def first_line(out, proc):
-        for _ in range(600):
-            out.seek(0)
-            line = out.readline()
-            if line.endswith("\n"):
-                return line.strip()
-            assert proc.poll() is None, "the run ended before printing its id"
-            time.sleep(0.05)
-        raise AssertionError("no session id printed")
-
-    started = time.monotonic()
-    with FakeAnthropic(recorded, on_request=on_request) as server:
-        proc, out = start("run", "tiny", "--agent", "claude", "--headless", "--device", "cpu",
-                          "--context-budget", str(BUDGET), "--max-tool-calls", str(TOTAL + 50))
-        info["id"] = first_line(out, proc)
-        assert kill_now.wait(240), "the first kill point was never reached"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        killed.set()
-
-        resume_started = time.monotonic()
-        proc, out = start("resume", info["id"], "--headless")
-        wait_for_intent(sessions / info["id"] / "events.jsonl", f"c{KILLED_EVAL + 1:06d}", proc)
-        resumed_first = next(t for t, i in info["arrivals"] if t > resume_started)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-
-        proc, out = start("resume", info["id"], "--headless")
-        assert proc.wait(300) == 0, (logs / "out2.txt").read_text()[-2000:]
-    elapsed = time.monotonic() - started
-    bodies = server.requests
-
-    folder = sessions / info["id"]
-    events = list(read_events(folder / "events.jsonl"))
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    by_type = {}
-    for e in events:
-        by_type.setdefault(e.type, []).append(e)
-    calls = {e.data["call_id"] for e in by_type["tool.call"]}
-    assert calls == {e.data["call_id"] for e in by_type["tool.result"]} and len(calls) >= TOTAL
-    written = [e.data["attempt"] for e in by_type["attempt.written"]]
-    assert written == list(range(1, len(written) + 1)), "no attempt number is reused"
-    assert [e.data["resumed"] for e in by_type["run.started"]] == [False, True, True]
-    assert by_type["run.stopped"][-1].data == {"reason": "the model finished: 1,000 calls done", "final": True}
-
-    # the evaluation the second kill interrupted was closed as aborted, and the model was told
-    aborted = [e.data for e in by_type["tool.result"] if e.data.get("aborted")]
-    assert [(a["call_id"], a["tool"]) for a in aborted] == [(f"c{KILLED_EVAL + 1:06d}", "evaluate")]
-    told = [b for b in bodies if f"toolu_{KILLED_EVAL:05d}" in json.dumps(b["messages"][-1])]
-    assert told and "interrupted: the process ended" in json.dumps(told[0]["messages"][-1])
-
-    # several compactions, each audited: goal, failed strategies, best result and persistent nudges survived
-    compactions = by_type["memory.compacted"]
-    assert len(compactions) >= 3 and all(c.data["audit"]["ok"] for c in compactions)
-    # the context stayed under its budget on every turn
-    requests = by_type["llm.request"]
-    assert max(r.data["context_tokens"] for r in requests) <= BUDGET
-
-    # every request either re-sends the previous one, or keeps its history and adds the reply and one delta,
-    # or starts from a fresh compaction summary followed by a suffix of that history: across both kills too
-    resends = extends = compacted = 0
-    for (i, r1), r2 in zip(enumerate(bodies), bodies[1:]):
-        m1, m2 = plain(r1["messages"]), plain(r2["messages"])
-        if m2 == m1:
-            resends += 1
-            continue
-        reply = info["replies"][i]
-        assert isinstance(reply, Message), f"request {i + 1} follows a failed request {i} without re-sending it"
-        assert m2[-2] == sent_reply(reply), f"request {i + 1} does not carry the reply to request {i}"
-        if m2[:-2] == m1:
-            extends += 1
-        else:
-            assert m2[0]["content"][0]["text"].startswith("MEMORY (compaction #"), f"request {i + 1}"
-            history = m1 + [m2[-2]]
-            kept = m2[1:-1]
-            assert history[len(history) - len(kept):] == kept, f"request {i + 1} kept something new"
-            compacted += 1
-    assert compacted == len(compactions) and resends >= 2 and extends > 300
-
-    final = bodies[-1]
-    assert info["replies"][len(bodies) - 1].blocks[-1]["name"] == "finish"
-    assert "GOAL CONTRACT" in final["system"][0]["text"] and "task: tiny" in final["system"][0]["text"]
-    assert "rel_rms <= 1e-06" in final["system"][0]["text"]
-    everything, state = all_text(final), state_text(final)
-    ledger = by_type["ledger.updated"][-1].data["ledger"]
-    failed = [e for e in ledger if e["status"] == "failed"]
-    assert len(failed) == len(IDEAS)
-    for entry in failed:
-        line = f"{entry['id']} [failed] {entry['strategy']}"
-        assert line in state and line in everything
-    summary = final["messages"][0]["content"][0]["text"]
-    assert summary.startswith("MEMORY") and all(f"{e['id']} [failed]" in summary for e in failed)
-    for name, words, persistent in NUDGES.values():
-        if name in ("P1", "P2"):
-            assert words in state and words in summary
-        else:
-            assert words not in state
-    # the "already tried" rule fired before each repeat's evaluation, citing the evidence
-    refusals = [e for e in by_type["tool.result"] if "already FAILED" in e.data.get("error", "")]
-    assert len(refusals) >= len(IDEAS) and all("forbidden" in e.data["error"] for e in refusals)
-    verdicts = [e.data["result"]["verdict"] for e in by_type["eval.finished"]]
-    # the banned import is caught statically; the other evaluations ran the real evaluator in fresh processes
-    # (their verdict is the evaluator's business, tested in test_evaluator.py)
-    assert verdicts.count("forbidden") >= len(IDEAS) and len(verdicts) - verdicts.count("forbidden") >= 2
-
-    # the key never reaches the journal, session files or logs
-    for path in [*folder.rglob("*"), *logs.iterdir()]:
-        if path.is_file():
-            data = path.read_bytes()
-            assert KEY.encode() not in data and b"Bearer" not in data, path
-
-    # figures for the record: journal size, resume time, context per turn
-    t0 = time.monotonic()
-    files = SessionStore(sessions).open(info["id"], writer=False)
-    state_obj = load_state(files)
-    SessionMemory.load(files, state_obj, "messages")
-    load_s = time.monotonic() - t0
-    size = (folder / "events.jsonl").stat().st_size
-    tokens = [r.data["context_tokens"] for r in requests]
-    rows = []
-    for lo in range(0, len(tokens), 50):
-        chunk = tokens[lo:lo + 50]
-        rows.append(f"turns {lo + 1:>4}-{lo + len(chunk):<4} context tokens min {min(chunk):>6} "
-                    f"max {max(chunk):>6} (budget {BUDGET})")
-    print(f"\n1,000-call run: {len(events)} events, journal {size / 1e6:.2f} MB, {len(requests)} turns, "
-          f"{len(compactions)} compactions, {len(bodies)} HTTP requests, wall {elapsed:.1f} s")
-    print(f"resume: state + memory rebuilt in {load_s * 1000:.0f} ms in-process; "
-          f"CLI resume to first request {resumed_first - resume_started:.2f} s")
-    print("\n".join(rows))
-    assert load_s < 2.0
+    long_run.run(Claude(), tmp_path)

@@ -1,6 +1,7 @@
 """The core never imports textual or rich: each core module is imported in a fresh interpreter to prove it."""
 
 import json
+import os
 import pkgutil
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import workbench
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = ("textual", "rich", "anthropic", "watchfiles")
+FORBIDDEN = ("textual", "rich", "anthropic", "openai", "watchfiles")
 
 
 def core_modules() -> list[str]:
@@ -60,3 +61,24 @@ def test_cli_help_is_fast_and_headless():
     assert report["heavy"] == [], f"--help imported {report['heavy']}"
     # torch alone takes seconds to import; parsing the arguments takes a few tens of milliseconds
     assert report["seconds"] < 1.0, f"--help took {report['seconds']:.2f} s"
+
+
+def test_a_headless_tuner_run_needs_neither_sdk(tmp_path):
+    # As on the GPU box, where neither model SDK is installed: None in sys.modules makes `import openai` fail.
+    sessions = tmp_path / "sessions"
+    code = (
+        "import sys\n"
+        "sys.modules['openai'] = sys.modules['anthropic'] = None\n"
+        "from workbench import cli\n"
+        f"common = ['--headless', '--device', 'cpu', '--sessions-dir', {str(sessions)!r}]\n"
+        "print('openai exit', cli.main(['run', 'tiny', '--agent', 'openai', '--base-url', 'http://127.0.0.1:9/v1',"
+        " *common]), flush=True)\n"
+        "print('tuner exit', cli.main(['run', 'tiny', '--agent', 'tuner', '--max-iterations', '1', *common]))\n"
+    )
+    env = {**os.environ, "WORKBENCH_KERNELS": str(ROOT / "tests" / "fixtures" / "tasks")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    assert "openai exit 2" in out.stdout and "tuner exit 0" in out.stdout, out.stdout + out.stderr
+    assert out.stderr.strip() == "workbench: the openai agent needs the openai package (pip install openai)"
+    assert "stopped: budget: max iterations (1) reached" in out.stdout

@@ -64,10 +64,12 @@ def _load_task(name: str):
         raise CliError(str(exc)) from exc
 
 
-def _backend(agent: str, task, model: str | None, state=None, start: str | None = None, branches: int = 1):
+def _backend(agent: str, task, model: str | None, state=None, start: str | None = None, endpoint=None,
+             branches: int = 1):
     """The backend strategy for `agent`, from the registry (one per branch: a list when branches > 1); the seed is
     `start` (run --start), else the kernel the session was started from (a resume rebuilds it from the journal),
-    else the task's seed.
+    else the task's seed; the endpoint is what a resumed session journaled, overridden by `endpoint` (--base-url,
+    --price, --no-stream).
 
     What the backend needs (its packages, a credential, access to its model) is checked here, before any session
     is created or resumed, so a missing or rejected key is one line and exit 2 rather than a run that dies on its
@@ -80,8 +82,17 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
         spec = registry.get(agent)
     except registry.RegistryError as exc:
         raise CliError(str(exc)) from None
-    if spec.credentials() is None:
-        raise CliError(f"the {agent} agent needs {spec.transport().credential_hint}; "  # type: ignore[misc]
+    given = dict(endpoint or {})
+    refused = [ENDPOINT_FLAGS[key] for key in given if key not in spec.endpoint_keys]
+    if refused:
+        raise CliError(f"{', '.join(refused)}: the {agent} agent takes no such setting")
+    endpoint = {**(state.endpoint if state is not None else {}), **given}
+    try:
+        credential = spec.credentials(endpoint)
+    except BackendError as exc:  # an endpoint the transport cannot use (a base URL that is not one)
+        raise CliError(str(exc)) from None
+    if credential is None:
+        raise CliError(f"the {agent} agent needs {spec.transport(endpoint).credential_hint}; "  # type: ignore[misc]
                        "or run the offline tuner with --agent tuner")
     missing = registry.missing_packages(spec)
     if missing:
@@ -89,23 +100,47 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
     seed = start or (state.start_source if state is not None and state.start_source else None) or \
         task.seed.read_text(encoding="utf-8")
     options = registry.BackendOptions(model=model, seed_source=seed, fresh=state is None or not state.attempts,
-                                      seed_origin="the --start kernel" if start else str(task.seed))
+                                      seed_origin="the --start kernel" if start else str(task.seed),
+                                      endpoint=endpoint)
     try:
         spec.check(options)
+        backend = spec.create(options)
     except BackendError as exc:
         raise CliError(str(exc)) from None
-    backend = spec.create(options)
     if branches > 1 and backend.memory_kind != "messages":
         raise CliError(f"--branches {branches}: the {agent} agent holds no conversation to branch; it keeps one "
                        "evaluation per slot in flight instead (--workers)")
     if spec.transport is not None and backend.model:
         try:
-            warning = spec.transport().check_access(backend.model)
+            warning = spec.transport(backend.endpoint or endpoint).check_access(backend.model)
         except BackendError as exc:
             raise CliError(str(exc)) from None
         if warning:
             print(f"workbench: warning: {warning}", file=sys.stderr)
     return [backend, *(spec.create(options) for _ in range(branches - 1))] if branches > 1 else backend
+
+
+ENDPOINT_FLAGS = {"base_url": "--base-url", "price": "--price", "stream": "--stream/--no-stream"}
+"""Each journal.events.Endpoint key and the flag that sets it."""
+
+
+def _endpoint_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The endpoint settings given on the command line (journal.events.Endpoint keys; absent when not given)."""
+    given: dict[str, Any] = {}
+    if args.base_url is not None:
+        given["base_url"] = args.base_url
+    if args.price is not None:
+        try:
+            price = [float(p) for p in args.price.split(",")]
+        except ValueError:
+            price = []
+        if len(price) not in (2, 3) or any(not p >= 0 for p in price):
+            raise CliError(f"--price {args.price}: give IN,OUT (or IN,OUT,CACHED_IN) in USD per million tokens, "
+                           "e.g. --price 0.4,1.6")
+        given["price"] = price
+    if args.stream is not None:
+        given["stream"] = args.stream
+    return given
 
 
 def _pool(task, device: str, workers: int | None, cluster: str):
@@ -245,7 +280,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = _start_kernel(args.start) if args.start else None
     if args.branches < 1:
         raise CliError("--branches must be at least 1")
-    backend = _backend(agent, task, args.model, start=start["source"] if start else None, branches=args.branches)
+    backend = _backend(agent, task, args.model, start=start["source"] if start else None,
+                       endpoint=_endpoint_flags(args), branches=args.branches)
     pool = _pool(task, device, args.workers, args.cluster)
     try:
         files = SessionStore(_sessions_dir(args)).create(
@@ -260,6 +296,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                "created": files.meta.get("created", ""), "budget": budget.to_dict(), **_task_origin(task)}
     if start:
         created["start"] = start
+    if backend.endpoint is not None:
+        created["endpoint"] = backend.endpoint
     runtime.emit("session.created", created)
     runtime.emit("goal.set", _goal(task, device, budget.to_dict()))
     return _drive(runtime, args, files)
@@ -283,7 +321,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         raise
     try:
         budget = _budget(args, state.budget)
-        backend = _backend(state.agent, task, state.model, state, branches=state.branches)
+        backend = _backend(state.agent, task, state.model, state, endpoint=_endpoint_flags(args),
+                           branches=state.branches)
         cluster = args.cluster or state.cluster or "local"
         workers = args.workers if args.workers is not None else (state.workers or None)
         if args.workers is None and cluster == "local" and state.device == "cuda" and workers is not None:
@@ -421,7 +460,7 @@ def _summary(state) -> dict[str, Any]:
         "last_seq": state.last_seq, "tool_calls": state.tool_calls, "elapsed_s": round(state.elapsed_at(), 3),
         "best": {"attempt": best.n, "speedup": best.speedup, "ms": best.ms,
                  "timing_comparable": best.timing_comparable} if best else None,
-        "budget": state.budget,
+        "budget": state.budget, **({"endpoint": state.endpoint} if state.endpoint else {}),
     }
 
 
@@ -444,6 +483,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     best = summary["best"]
     print(f"{state.id}  task={state.task}  agent={state.agent}  device={state.device}  status={state.status}")
+    if state.endpoint:
+        price = state.endpoint.get("price")
+        print(f"model {state.model} at {state.endpoint.get('base_url')}"
+              + (f"  price ${price[0]:g}/${price[1]:g} per million tokens in/out" if price else "  no price set"))
     if state.stop_reason:
         print(f"stop reason: {state.stop_reason}")
     print(f"attempts {summary['attempts']}  tool calls {state.tool_calls}  events {state.events}  "
@@ -474,7 +517,7 @@ def _show_prompt(files, seq: int, as_json: bool, branch: int | None = None) -> i
               if as_json else "\n".join(lines))
         return EXIT_OK
     if as_json:
-        print(json.dumps(_request_body(files, prompt, request), indent=2, ensure_ascii=False))
+        print(json.dumps(_request_body(files, prompt, request, seq), indent=2, ensure_ascii=False))
         return EXIT_OK
     of_branch = f"branch {request['branch']}, " if "branch" in request else ""
     print(f"context of {of_branch}turn {request.get('turn')} (llm.request at or before seq {seq}; "
@@ -485,7 +528,7 @@ def _show_prompt(files, seq: int, as_json: bool, branch: int | None = None) -> i
     return EXIT_OK
 
 
-def _request_body(files, prompt, request: dict[str, Any]) -> dict[str, Any]:
+def _request_body(files, prompt, request: dict[str, Any], seq: int) -> dict[str, Any]:
     """The request as the session's model API takes it (its backend's transport); the neutral prompt when the
     backend has no transport or is not installed here."""
     from dataclasses import asdict
@@ -499,8 +542,17 @@ def _request_body(files, prompt, request: dict[str, Any]) -> dict[str, Any]:
         spec = None
     if spec is None or spec.transport is None:
         return asdict(prompt)
-    return spec.transport().request_body(prompt, model=request.get("model", ""),
-                                          max_tokens=int(request.get("max_tokens", 0)))
+    endpoint: dict[str, Any] = {}  # the one in force when that request was journaled: its run's
+    current: dict[str, Any] = {}
+    for event in files.read_events():
+        if event.seq > seq:
+            break
+        if event.type in ("session.created", "run.started") and "endpoint" in event.data:
+            current = event.data["endpoint"]
+        elif event.type == "llm.request":
+            endpoint = current
+    return spec.transport(endpoint).request_body(prompt, model=request.get("model", ""),
+                                                 max_tokens=int(request.get("max_tokens", 0)))
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -598,7 +650,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import importlib.util
 
     lines = [f"python      {sys.version.split()[0]}"]
-    for module in ("torch", "triton", "numpy", "textual", "anthropic", "watchfiles", "tomli_w"):
+    for module in ("torch", "triton", "numpy", "textual", "anthropic", "openai", "watchfiles", "tomli_w"):
         spec = importlib.util.find_spec(module)
         version = "missing"
         if spec is not None:
@@ -611,12 +663,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         lines.append(f"{module:<11} {version}")
     gpu = gpu_name()
     lines.append(f"gpu         {gpu or 'none (evaluations run on the CPU under the Triton interpreter)'}")
-    for var in ("TERM", "COLORTERM", "TMUX", "ANTHROPIC_BASE_URL"):
+    for var in ("TERM", "COLORTERM", "TMUX", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
         lines.append(f"{var:<11} {os.environ.get(var, '')}")
     from workbench.agent.backends import registry
 
     credential = registry.get("claude").credentials()
     lines.append(f"api key     {'set' if credential else 'not set (offline tuner agent)'}")
+    lines.append(f"openai key  {'set' if os.environ.get('OPENAI_API_KEY') else 'not set (fine for a local server)'}")
     lines.append(f"sessions    {_sessions_dir(args).resolve()}")
     from workbench.evaluator.isolation import report_lines
 
@@ -836,11 +889,25 @@ def _parser() -> argparse.ArgumentParser:
                        help="ray: evaluate on a Ray cluster's GPUs (joins RAY_ADDRESS, else starts a local Ray; "
                             "pip install -e '.[cluster]')" + again)
 
+    def endpoint_flags(p: argparse.ArgumentParser, resume: bool = False) -> None:
+        again = " (default: what the session journaled)" if resume else ""
+        p.add_argument("--base-url", metavar="URL",
+                       help="the model server's OpenAI-compatible API, e.g. http://localhost:8000/v1 for vLLM "
+                            f"(--agent openai; default: $OPENAI_BASE_URL, else OpenAI's own){again}")
+        p.add_argument("--price", metavar="IN,OUT",
+                       help="USD per million input and output tokens (optionally IN,OUT,CACHED_IN); without it an "
+                            f"openai model's tokens cost 0{again}")
+        p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                       help="stream replies as server-sent events (default) or ask for whole ones, for servers that "
+                            f"cannot stream tool calls{again}")
+
     p = sub.add_parser("run", help="start a session on a task")
     p.add_argument("task")
     p.add_argument("--agent", choices=registry.names(),
-                   help="default: claude when ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) is set, else the offline tuner")
-    p.add_argument("--model")
+                   help="default: claude when ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) is set, else the offline "
+                        "tuner; openai talks to any OpenAI-compatible server (vLLM, SGLang, Ollama, OpenAI)")
+    p.add_argument("--model", help="the model to ask (--agent openai: default the one model the server serves)")
+    endpoint_flags(p)
     p.add_argument("--start", metavar="FILE",
                    help="start from this kernel instead of the task's seed, e.g. kernels/kda/kda_chunked.py")
     p.add_argument("--headless", action="store_true", help="no TUI: print one line per attempt")
@@ -862,6 +929,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true")
     p.add_argument("--no-mouse", action="store_true")
     fleet_flags(p, resume=True)
+    endpoint_flags(p, resume=True)
     budget_flags(p)
     sessions_flag(p)
     p.set_defaults(func=cmd_resume)

@@ -201,6 +201,8 @@ class AgentRuntime:
                              slots=[s.to_dict() for s in slots], reference=self.evaluations.reference)  # type: ignore[typeddict-item]
         if len(self.branches) > 1:
             started["branches"] = len(self.branches)
+        if self.backend.endpoint is not None:
+            started["endpoint"] = self.backend.endpoint
         self.emit("run.started", dict(started))
         try:
             self._recover_in_flight()

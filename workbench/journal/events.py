@@ -70,6 +70,17 @@ class StartKernel(TypedDict):
     source: str
 
 
+class Endpoint(TypedDict, total=False):
+    """Where an LLM backend's model API is and what its tokens cost, as far as the person chose them (--base-url,
+    --price, --no-stream): journaled so a resume talks to the same server at the same price. Never a key."""
+
+    base_url: str
+    price: list[float]
+    """USD per million tokens: [input, output] or [input, output, cached input]."""
+    stream: bool
+    """False: ask for whole replies instead of server-sent events (servers that cannot stream tool calls)."""
+
+
 class RunIdentity(TypedDict, total=False):
     """Who runs the session and how: set at creation, and again by every run (a resume may change the budget)."""
 
@@ -77,6 +88,8 @@ class RunIdentity(TypedDict, total=False):
     model: str | None
     device: str
     budget: dict[str, Any]
+    endpoint: Endpoint
+    """Only for backends that take one (the openai backend); absent in journals from before it existed."""
 
 
 class TaskOrigin(TypedDict, total=False):

@@ -58,6 +58,8 @@ class SessionState:
     agent: str = ""
     model: str | None = None
     device: str = ""
+    endpoint: dict[str, Any] = field(default_factory=dict)
+    """The model API's endpoint (journal.events.Endpoint) the latest run used; {} for backends without one."""
     created: str = ""
     goal: dict[str, Any] = field(default_factory=dict)
     start_file: str = ""
@@ -199,6 +201,7 @@ def _session_created(state: SessionState, data: ev.SessionCreated, seq: int, ts:
         if key in data:
             setattr(state, key, data[key])  # type: ignore[literal-required]
     state.budget = dict(data.get("budget", {}))
+    state.endpoint = dict(data.get("endpoint", {}))
     state.status = "created"
     start = data.get("start")
     if isinstance(start, Mapping):
@@ -220,6 +223,8 @@ def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) ->
         state.agent = data["agent"]
     if "model" in data:
         state.model = data["model"]
+    if "endpoint" in data:
+        state.endpoint = dict(data["endpoint"])
     state.branches = int(data.get("branches", 1))
     if "slots" in data:
         state.workers = int(data.get("workers", len(data["slots"])))

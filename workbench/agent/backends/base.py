@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from workbench.agent.budget import Budget
     from workbench.agent.memory import SessionMemory
     from workbench.journal import Event
+    from workbench.journal.events import Endpoint
 
 MemoryKind = Literal["messages", "tools"]
 """'messages': an LLM conversation folded from llm.* events; 'tools': one line per tool call and result."""
@@ -97,6 +98,9 @@ class Backend(Protocol):
     name: str
     """The registry name, journaled with the session ('tuner', 'claude')."""
     model: str | None
+    endpoint: "Endpoint | None"
+    """Where its model API is (base URL, price), journaled with each run so a resume talks to the same server;
+    None for a backend that takes no endpoint."""
     memory_kind: MemoryKind
     seed_source: str
     """The kernel the session starts from (the task's seed, a --start file, or what the journal says)."""
@@ -129,6 +133,7 @@ class StepBackend:
 
     name: str
     model: str | None = None
+    endpoint: "Endpoint | None" = None
     memory_kind: MemoryKind = "tools"
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
 

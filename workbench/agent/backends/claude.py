@@ -8,18 +8,25 @@ has none). The client runs with max_retries=0: retries are the conversation step
 
 from __future__ import annotations
 
-import email.utils
-import json
 import os
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from workbench.agent.backends.conversation import ConversationBackend, RetryPolicy
 from workbench.agent.backends.registry import BackendOptions, BackendSpec
-from workbench.agent.backends.transport import BackendError, Reply, TransportError, Usage
+from workbench.agent.backends.transport import (
+    BackendError,
+    IncompleteStream,
+    Reply,
+    TransportError,
+    Usage,
+    network_errors,
+    retry_after,
+    tool_use,
+)
 
 if TYPE_CHECKING:
     from workbench.agent.context import Prompt
+    from workbench.journal.events import Endpoint
 
 DEFAULT_MODEL = "claude-opus-4-6"
 """Used when neither --model nor WORKBENCH_MODEL names one."""
@@ -98,45 +105,6 @@ def _short(exc: BaseException) -> str:
     return f"{head}: {message}"[:240]
 
 
-def _retry_after(exc: BaseException) -> float | None:
-    """Seconds the server asked us to wait (retry-after-ms, retry-after in seconds or as an HTTP date)."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    try:
-        if headers.get("retry-after-ms"):
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
-        value = headers.get("retry-after")
-        if not value:
-            return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value)
-            return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
-    except (TypeError, ValueError):
-        return None
-
-
-def _network_errors() -> tuple[type[BaseException], ...]:
-    """Network errors the SDK lets through while a stream is read (its HTTP library's own classes)."""
-    found: list[type[BaseException]] = []
-    for name in ("httpx2", "httpx"):
-        try:
-            module = __import__(name)
-        except ImportError:
-            continue
-        error = getattr(module, "TransportError", None)
-        if isinstance(error, type):
-            found.append(error)
-    return tuple(found)
-
-
-class IncompleteStream(Exception):
-    """The stream ended without message_stop (a proxy or the network dropped it): retried."""
-
-
 def classify(exc: BaseException) -> TransportError | None:
     """An SDK or network exception as a TransportError; None for anything that is not a failed request."""
     import anthropic
@@ -145,7 +113,7 @@ def classify(exc: BaseException) -> TransportError | None:
         status = exc.status_code
         if status in RETRYABLE_STATUS or (status == 200 and _error_type(exc) in RETRYABLE_TYPES):
             # An error event inside a 200 stream: the status says nothing, the error type does.
-            return TransportError(_short(exc), "retryable", status=status, retry_after=_retry_after(exc))
+            return TransportError(_short(exc), "retryable", status=status, retry_after=retry_after(exc))
         if status == 400 and "prompt is too long" in _short(exc):
             return TransportError(_short(exc), "context_length", status=status)
         if status == 401:
@@ -154,8 +122,8 @@ def classify(exc: BaseException) -> TransportError | None:
             return TransportError("the API refused this key access (403): check its workspace and permissions",
                                   "fatal", status=403)
         return TransportError(f"model API error: {_short(exc)}", "fatal", status=status)
-    if isinstance(exc, (anthropic.APIConnectionError, IncompleteStream, *_network_errors())):
-        return TransportError(_short(exc), "retryable", status=0, retry_after=_retry_after(exc))
+    if isinstance(exc, (anthropic.APIConnectionError, IncompleteStream, *network_errors())):
+        return TransportError(_short(exc), "retryable", status=0, retry_after=retry_after(exc))
     return None
 
 
@@ -284,14 +252,7 @@ def _usage(usage: Any) -> Usage:
 def _finish_block(block: dict[str, Any]) -> dict[str, Any]:
     if block["type"] != "tool_use":
         return block
-    raw = block.pop("json")
-    try:
-        value = json.loads(raw) if raw.strip() else {}
-        if not isinstance(value, dict):
-            raise ValueError(f"expected an object, got {type(value).__name__}")
-    except ValueError as exc:
-        return {**block, "input": {}, "malformed": f"{str(exc).splitlines()[0][:120]}; got {raw[:200]!r}"}
-    return {**block, "input": value}
+    return dict(tool_use(block["id"], block["name"], block["json"]))
 
 
 def claude_backend(model: str | None, *, seed_source: str = "", client: Any = None, max_tokens: int = 8192,
@@ -306,6 +267,11 @@ def create(options: BackendOptions) -> ConversationBackend:
     return claude_backend(options.model, seed_source=options.seed_source)
 
 
+def transport(endpoint: Endpoint) -> AnthropicTransport:
+    """The registry's transport factory: the SDK's own environment says where the API is (no endpoint keys)."""
+    return AnthropicTransport()
+
+
 SPEC = BackendSpec("claude", "Claude through the Anthropic Messages API (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL)",
-                   create, transport=AnthropicTransport, requires=("anthropic",))
+                   create, transport=transport, requires=("anthropic",))
 """The registry entry (pyproject.toml: workbench.backends, claude)."""

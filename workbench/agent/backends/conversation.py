@@ -39,7 +39,7 @@ from workbench.agent.prompts import (
     system_prompt,
 )
 from workbench.agent.tools import arrival_text, render_result, specs
-from workbench.journal.events import Block, LlmRequest, Message, NudgeReceived
+from workbench.journal.events import Block, Endpoint, LlmRequest, Message, NudgeReceived
 from workbench.session.revisions import sha256_text
 from workbench.session.state import SessionState
 from workbench.tasks import Task
@@ -80,11 +80,14 @@ class ConversationBackend:
     memory_kind = "messages"
 
     def __init__(self, name: str, transport: Transport, model: str, *, seed_source: str = "", max_tokens: int = 8192,
-                 retry: RetryPolicy = RetryPolicy(), context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> None:
+                 retry: RetryPolicy = RetryPolicy(), context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+                 endpoint: Endpoint | None = None) -> None:
         self.name = name
         """The registry name the session journals ('claude')."""
         self.transport = transport
         self.model = model
+        self.endpoint = endpoint
+        """The transport's endpoint as journaled (None: the transport takes its own from the environment)."""
         self.seed_source = seed_source
         """The kernel the session starts from (read_kernel shows it before any attempt exists)."""
         self.max_tokens = max_tokens

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from workbench.agent.backends.base import Backend
     from workbench.agent.backends.transport import Transport
+    from workbench.journal.events import Endpoint
 
 GROUP = "workbench.backends"
 """The entry point group a third-party backend declares itself in."""
@@ -25,6 +26,7 @@ GROUP = "workbench.backends"
 BUILTIN: dict[str, str] = {
     "tuner": "workbench.agent.backends.tuner:SPEC",
     "claude": "workbench.agent.backends.claude:SPEC",
+    "openai": "workbench.agent.backends.openai_chat:SPEC",
 }
 """Name -> 'module:attribute' of its BackendSpec; pyproject.toml declares the same entry points."""
 
@@ -44,6 +46,8 @@ class BackendOptions:
     """Where that kernel came from, for messages ('the --start kernel', the task's seed.py)."""
     fresh: bool = True
     """No attempt exists yet (a new session, or a resume of one that never wrote an attempt)."""
+    endpoint: "Endpoint" = field(default_factory=lambda: {})
+    """--base-url, --price and --no-stream over what a resumed session journaled (only keys in endpoint_keys)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,11 @@ class BackendSpec:
     description: str
     """One line for `--help` and `workbench doctor`."""
     create: Callable[[BackendOptions], "Backend"]
-    transport: Callable[[], "Transport"] | None = None
-    """The model API of an LLM backend (credentials, access check, request bodies for show --prompt-at)."""
+    transport: Callable[["Endpoint"], "Transport"] | None = None
+    """The model API of an LLM backend, made for an endpoint (credentials, access check, request bodies for show
+    --prompt-at)."""
+    endpoint_keys: tuple[str, ...] = ()
+    """The Endpoint keys the backend takes (--base-url: base_url, --price: price, --no-stream: stream)."""
     requires: tuple[str, ...] = ()
     """Python packages the backend imports (checked before a session is made)."""
     preflight: Callable[[BackendOptions], None] | None = None
@@ -70,9 +77,9 @@ class BackendSpec:
         if self.preflight is not None:
             self.preflight(options)
 
-    def credentials(self) -> str | None:
+    def credentials(self, endpoint: "Endpoint | None" = None) -> str | None:
         """Where the credential comes from ('ANTHROPIC_API_KEY'), 'none needed', or None when it is missing."""
-        return self.transport().credentials() if self.transport is not None else "none needed"
+        return self.transport(endpoint or {}).credentials() if self.transport is not None else "none needed"
 
 
 class RegistryError(Exception):
@@ -126,7 +133,7 @@ def default_name() -> str:
 
 
 def missing_packages(spec: BackendSpec) -> list[str]:
-    """The packages of spec.requires that are not installed."""
+    """The packages of spec.requires that are not installed (or blocked: None in sys.modules)."""
     import importlib.util
 
-    return [p for p in spec.requires if p not in sys.modules and importlib.util.find_spec(p) is None]
+    return [p for p in spec.requires if sys.modules.get(p) is None and importlib.util.find_spec(p) is None]

@@ -3,17 +3,20 @@
 A transport turns the neutral prompt (system text, tool specs, messages of neutral content blocks: text, tool_use
 with id/name/input, tool_result) into its API's request, streams one reply back as neutral blocks with neutral
 usage, classifies its failures, prices usage, and checks credentials and access before a session is made. The
-Anthropic Messages API is one implementation (backends/claude.py); an OpenAI-compatible chat-completions API is
-meant to be the second (issue #20). Transports journal nothing and never wait: retries, back-off and the journal
+Anthropic Messages API is one implementation (backends/claude.py), an OpenAI-compatible chat-completions API the
+second (backends/openai_chat.py). Transports journal nothing and never wait: retries, back-off and the journal
 belong to the conversation step.
 """
 
 from __future__ import annotations
 
+import email.utils
+import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
-from workbench.journal.events import Block
+from workbench.journal.events import Block, ToolUseBlock
 
 if TYPE_CHECKING:
     from workbench.agent.context import Prompt
@@ -68,7 +71,8 @@ class BackendError(Exception):
 
 
 class Transport(Protocol):
-    """One model API (see the module docstring)."""
+    """One model API (see the module docstring). A transport is made from an Endpoint (what the person chose with
+    --base-url, --price, --no-stream, or what the session journaled); one that takes none ignores it."""
 
     name: str
     """The API's name for messages ('anthropic')."""
@@ -86,8 +90,8 @@ class Transport(Protocol):
         """Ask the API about `model` before a session is made.
 
         Returns:
-            None when the credential and model are accepted, else a warning when the check itself could not be
-            made (the run may still work).
+            None when the credential and model are accepted, else a one-line warning: the check itself could not
+            be made (the run may still work), or something to know before a long run (no price for the model).
 
         Raises:
             BackendError: the credential is rejected or the model is unknown.
@@ -109,3 +113,56 @@ class Transport(Protocol):
     def cost(self, model: str, usage: Usage) -> tuple[float, bool]:
         """USD for one reply's usage, and whether the model's price is known."""
         ...
+
+
+class IncompleteStream(Exception):
+    """A reply stream ended before the API said it was complete (a proxy or the network dropped it): retried."""
+
+
+def tool_use(id: str, name: str, raw: str) -> ToolUseBlock:
+    """A tool_use block from streamed argument JSON; arguments that are not a JSON object leave `input` empty and
+    say why in `malformed`, so one bad call becomes a tool error for that call instead of losing the whole reply."""
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+        if not isinstance(value, dict):
+            raise ValueError(f"expected an object, got {type(value).__name__}")
+    except ValueError as exc:
+        return {"type": "tool_use", "id": id, "name": name, "input": {},
+                "malformed": f"{str(exc).splitlines()[0][:120]}; got {raw[:200]!r}"}
+    return {"type": "tool_use", "id": id, "name": name, "input": value}
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server that raised `exc` (an SDK's status or connection error) asked us to wait: its response's
+    retry-after-ms, or retry-after in seconds or as an HTTP date."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if not value:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def network_errors() -> tuple[type[BaseException], ...]:
+    """Network errors an SDK lets through while a stream is read (its HTTP library's own classes)."""
+    found: list[type[BaseException]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        error = getattr(module, "TransportError", None)
+        if isinstance(error, type):
+            found.append(error)
+    return tuple(found)
+
