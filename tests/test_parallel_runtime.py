@@ -446,6 +446,15 @@ def test_branches_share_the_ledger_and_nudges_and_do_not_wait_on_each_others_mod
     requests = [e for e in events if e.type == "llm.request"]
     assert sorted(e.data["branch"] for e in requests) == [0, 0, 1, 1]
     assert all("branch" in e.data for e in events if e.type in ("llm.response", "tool.call", "tool.result"))
+    # show --prompt-at --branch B rebuilds what B's model saw in its last request
+    from tests.test_fixture_journals import plain
+
+    for branch in (0, 1):
+        prompt, _memory, request = context_at(events, events[-1].seq, branch)
+        sent = next(b for b in reversed(bodies) if f"branch {branch + 1} of 2" in all_text(b))
+        assert request["branch"] == branch
+        assert plain(claude(server).transport.request_body(prompt, model="m", max_tokens=1)["messages"]) == \
+            plain(sent["messages"])
     # each branch's window is its own, and a resume rebuilds every one of them
     files.close()
     files = SessionStore(tmp_path).open(files.id, writer=False)
