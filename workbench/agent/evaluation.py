@@ -67,43 +67,6 @@ class Evaluator(Protocol):
         ...
 
 
-class ServiceEvaluator:
-    """The run's evaluation service (workbench.evaluator.EvaluationService, issue #16): one trusted process for the
-    run (reference, baseline, oracle outputs), a fresh candidate process per evaluation, the next one started while
-    the agent thinks."""
-
-    def __init__(self, device: str, task: "Task | None" = None) -> None:
-        self.device = device
-        """"cpu", "cuda" or "auto", as the session evaluates."""
-        self._services: dict[str, Any] = {}
-        if task is not None:
-            self._service(task, start_only=True)  # starts now, while the backend prepares its first step
-
-    def _service(self, task: "Task", *, start_only: bool = False) -> Any:
-        from workbench.evaluator import EvalUsageError, EvaluationService
-
-        service = self._services.get(task.name)
-        if service is None:
-            try:
-                service = EvaluationService(task, self.device)
-            except (EvalUsageError, OSError):
-                if start_only:
-                    return None  # an unknown device, or no processes to spare: the evaluation says so itself
-                raise
-            self._services[task.name] = service
-        return service
-
-    def evaluate(self, task: "Task", path: Path, *, heldout: bool = False) -> EvalResult:
-        """One evaluation through the task's service."""
-        return self._service(task).evaluate(path, heldout=heldout)
-
-    def close(self) -> None:
-        """Stop the services and their waiting candidate processes."""
-        for service in self._services.values():
-            service.close()
-        self._services.clear()
-
-
 class FunctionEvaluator:
     """An Evaluator from a plain function `fn(task, path, device=..., heldout=...)` (tests, scripts)."""
 

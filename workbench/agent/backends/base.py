@@ -44,7 +44,7 @@ class Finish:
 @dataclass(frozen=True)
 class Wait:
     """Nothing to do until something in flight comes back (an evaluation, a model reply, a retry's wait): the
-    runtime journals what arrives meanwhile and asks again. `reason` is for the person (the fleet view)."""
+    runtime journals what arrives meanwhile and asks again. `reason` says which (for tests and debugging)."""
 
     reason: str
 

@@ -155,11 +155,8 @@ class ConversationBackend:
                 if memory.silent >= MAX_SILENT_TURNS and not waiting:
                     return Finish(f"the model replied {memory.silent} times in a row without calling a tool")
                 self._request(state, memory)
-            replied = self._exchange(state, memory)
-            if replied is None:
+            if not self._exchange(state, memory):
                 return Wait("the model's reply")
-            if not replied:
-                return None
         return None
 
     def _evaluating(self, state: SessionState) -> bool:
@@ -235,16 +232,15 @@ class ConversationBackend:
         )))
 
     # -- one exchange with the API ---------------------------------------------------------------
-    def _exchange(self, state: SessionState, memory: SessionMemory) -> bool | None:
+    def _exchange(self, state: SessionState, memory: SessionMemory) -> bool:
         """Move the journaled request on: send it (off this thread), or journal its reply or its failed try.
 
         Returns:
-            True when a reply is journaled, None while one is awaited (in flight, or a retry's wait), False when
-            a stop ended the exchange.
+            True when a reply is journaled, False while one is awaited (in flight, or a retry's wait).
         """
         if self._call is None:
             if self._retry_at is not None and time.monotonic() < self._retry_at:
-                return False if self.ctx.wait(0) else None
+                return False  # the runtime's loop waits (and sees a stop) meanwhile
             if self._body is None:
                 self._body = self.transport.request_body(build_prompt(memory, state), model=self.model,
                                                          max_tokens=self.max_tokens)
@@ -252,7 +248,7 @@ class ConversationBackend:
             self._tries, self._retry_at, self._sent = self._tries + 1, None, time.monotonic()
             self._call = self.ctx.offload(lambda: send(body))
         if not self._call.done():
-            return None
+            return False
         call, self._call = self._call, None
         attempt = self._tries
         try:
@@ -266,7 +262,7 @@ class ConversationBackend:
                     self._reset()
                     raise BackendError(f"model API: the prompt is too long even after a compaction: {exc}") from None
                 self._shrunk, self._body = True, None
-                return None
+                return False
             if attempt > self.retry.max_retries:
                 self._reset()
                 raise BackendError(f"model API still failing after {attempt} tries: {exc}") from None
@@ -277,7 +273,7 @@ class ConversationBackend:
             })
             self.ctx.notify(f"model API: {exc}; retry {attempt} in {wait:.1f} s", "warning")
             self._retry_at = time.monotonic() + wait
-            return None
+            return False
         cost, known = self.transport.cost(self.model, reply.usage)
         self.ctx.emit("llm.response", {
             "ok": True, "turn": memory.turn, "try": attempt, "content": reply.content,
