@@ -224,7 +224,6 @@ async def key_latency(rate: float, presses: int) -> tuple[dict[str, list[float]]
 
 # -- --tmux: key-to-paint in a real terminal ---------------------------------------------------------------------
 REPO = Path(__file__).resolve().parents[1]
-TMUX_CONFIG = "set -g default-size 120x40\nset -s escape-time 10\n"
 FILTER_TITLES = ("events · filter: attempts + evals (f)", "events · filter: tools (f)",
                  "events · filter: nudges + errors (f)")
 """What the event log's title says under each filter but 'all' (workbench.ui.formatting.EVENT_FILTERS)."""
@@ -249,43 +248,12 @@ def bare_app() -> None:
     Bare().run()
 
 
-class Tmux:
-    """A private tmux server: its own socket and config, so a person's sessions are never touched."""
-
-    def __init__(self, folder: Path) -> None:
-        self.socket, self.config = folder / "tmux.sock", folder / "tmux.conf"
-        self.config.write_text(TMUX_CONFIG)
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-S", str(self.socket), "-f", str(self.config), *args], capture_output=True,
-                              text=True, timeout=20).stdout
-
-    def start(self, name: str, env: dict[str, str], *argv: str) -> None:
-        flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
-        self("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "-c", str(REPO), *flags, *argv)
-
-    def screen(self, name: str) -> str:
-        return self("capture-pane", "-p", "-t", name)
-
-    def pane_pid(self, name: str) -> int:
-        return int(self("display-message", "-p", "-t", name, "#{pane_pid}").strip() or 0)
-
-    def wait(self, name: str, predicate: Callable[[str], bool], timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.screen(name)
-            if predicate(text):
-                return text
-            time.sleep(0.2)
-        raise SystemExit(f"timed out waiting for {name}; its screen:\n{self.screen(name)}")
-
-
 def title_of(screen: str) -> str:
     """Which filter title the screen shows ('events' when none of the others)."""
     return next((t for t in FILTER_TITLES if t in screen), "events")
 
 
-def press_latencies(tmux: Tmux, name: str, presses: int, rng: random.Random) -> list[float]:
+def press_latencies(tmux: Any, name: str, presses: int, rng: random.Random) -> list[float]:
     """Send `f` `presses` times at random moments; ms from send-keys to capture-pane showing the next title."""
     out = []
     for _ in range(presses):
@@ -300,46 +268,24 @@ def press_latencies(tmux: Tmux, name: str, presses: int, rng: random.Random) -> 
     return out
 
 
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> tuple[list[float], list[float]]:
     """One round: (the workbench's latencies, the bare app's), each under a tuner on `workers` CPU slots."""
+    from tests.test_tui_tmux import CONFIG, Tmux, descendants, kill
+
     config = folder / "config.toml"
     config.write_text('theme = "workbench-ansi"\ncursor_blink = false\n')
     env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(config), "ANTHROPIC_API_KEY": "", "COLUMNS": "120",
            "LINES": "40"}
     run = ["run", "softmax", "--agent", "tuner", "--device", "cpu", "--workers", str(workers)]
-    tmux = Tmux(folder)
+    (folder / "tmux.conf").write_text(CONFIG)
+    tmux = Tmux(folder / "tmux.sock", folder / "tmux.conf")
     try:
-        tmux.start("wb", env, sys.executable, "-m", "workbench", *run, "--sessions-dir", str(folder / "s1"))
-        tmux.wait("wb", lambda s: "evaluation · attempt" in s and "busy" in s, 240)
+        tmux.start("wb", env, *run, "--sessions-dir", str(folder / "s1"))
+        tmux.wait("wb", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
         ours = press_latencies(tmux, "wb", presses, rng)
-        pids = descendants(tmux.pane_pid("wb"))
+        pids = descendants(tmux.pid("wb"))
         tmux("kill-session", "-t", "wb")
-        kill_all(pids)
+        kill(pids)
 
         load = subprocess.Popen([sys.executable, "-m", "workbench", *run, "--headless", "--sessions-dir",
                                  str(folder / "s2")], cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
@@ -347,16 +293,18 @@ def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> 
         try:
             load.stdout.readline()  # the session id
             load.stdout.readline()  # the first result: both slots are evaluating by now
-            tmux.start("bare", env, sys.executable, str(Path(__file__).resolve()), "--bare-app")
-            tmux.wait("bare", lambda s: "events" in s, 60)
+            flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
+            tmux("new-session", "-d", "-s", "bare", "-x", "120", "-y", "40", "-c", str(REPO), *flags,
+                 sys.executable, str(Path(__file__).resolve()), "--bare-app")
+            tmux.wait("bare", lambda s: "events" in s, 60, "the bare app")
             bare = press_latencies(tmux, "bare", presses, rng)
         finally:
             pids = descendants(load.pid)
             os.killpg(load.pid, signal.SIGKILL)
-            kill_all(pids)
+            kill(pids)
             load.wait(10)
     finally:
-        tmux("kill-server")
+        tmux("kill-server", check=False)
     return ours, bare
 
 

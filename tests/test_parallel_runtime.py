@@ -28,16 +28,10 @@ from workbench.fleet.local import LocalPool
 from workbench.journal import read_events
 from workbench.session import SessionStore
 from workbench.session.replay import load_state
-from workbench.session.state import SessionState
+from workbench.session.state import SessionState, apply
 
-SEED = '''"""toy kernel"""
-TUNABLES = {"BLOCK": [1, 2, 4, 8], "num_warps": [1, 2, 4]}
-CONFIG = {"BLOCK": 1, "num_warps": 1}
+from test_runtime import SEED
 
-
-def forward(x):
-    return x
-'''
 TASK = SimpleNamespace(name="toy", public_view=lambda: {"name": "toy"})
 
 
@@ -163,31 +157,34 @@ def test_max_iterations_is_not_overshot_with_several_slots_busy(tmp_path):
     files.close()
 
 
-def test_a_new_best_stands_only_once_confirmed_on_the_reference_slot_and_takes_its_timings(tmp_path):
-    calls: list = []
-    release = threading.Event()
-    reference = Runner("cpu:0", calls, gate=release)
-    pool = pool_of(reference, Runner("cpu:1", calls, bias=1.25))
+def evaluations_on(tmp_path: Path, pool: LocalPool, sources: dict[int, str]):
+    """Evaluations over `pool` for a session holding `sources` as attempts (no runtime)."""
     files = SessionStore(tmp_path).create(task="toy", agent="tuner", model=None, device="cpu", budget={})
     state = SessionState()
-    from workbench.session.state import apply
 
     def emit(kind, data):
         event = files.journal.append(kind, data)
         apply(state, event.to_dict())
         return event
 
-    emit("attempt.written", {"attempt": 1, "sha256": "x", "source": SEED.replace('"BLOCK": 1,', '"BLOCK": 4,'),
-                             "params": {"BLOCK": 4, "num_warps": 1}})
-
     def path_of(n):
         if not files.attempt_dir(n).exists():
             files.write_attempt(n, kernel=state.attempts[n].source, parent_kernel=None, parent=None)
         return files.attempt_dir(n) / "kernel.py"
 
-    evals = Evaluations(pool, task=TASK, state=state, files=files, emit=emit, attempt_path=path_of)
+    for n, source in sources.items():
+        emit("attempt.written", {"attempt": n, "sha256": str(n), "source": source, "params": {}})
+    return Evaluations(pool, task=TASK, state=state, files=files, emit=emit, attempt_path=path_of), state, files
+
+
+def test_a_new_best_stands_only_once_confirmed_on_the_reference_slot_and_takes_its_timings(tmp_path):
+    calls: list = []
+    release = threading.Event()
+    reference = Runner("cpu:0", calls, gate=release)
+    pool = pool_of(reference, Runner("cpu:1", calls, bias=1.25))
+    evals, state, files = evaluations_on(tmp_path, pool, {1: variant(4)})
     assert evals.reference == "cpu:0"
-    pool.submit(EvalJob("busy", 1, path_of(1), SEED, slot="cpu:0"))  # keeps the reference slot busy (gated)
+    pool.submit(EvalJob("busy", 0, tmp_path / "none.py", "", slot="cpu:0"))  # someone else's work holds the slot
     evals.request(1)
     deadline = time.monotonic() + 10
     while not (state.attempts[1].confirming and state.jobs) and time.monotonic() < deadline:
@@ -205,28 +202,6 @@ def test_a_new_best_stands_only_once_confirmed_on_the_reference_slot_and_takes_i
     assert ("cpu:0", 1, "heldout") in calls
     evals.close()
     files.close()
-
-
-def evaluations_on(tmp_path: Path, pool: LocalPool, sources: dict[int, str]):
-    """Evaluations over `pool` for a session holding `sources` as attempts (no runtime)."""
-    from workbench.session.state import apply
-
-    files = SessionStore(tmp_path).create(task="toy", agent="tuner", model=None, device="cpu", budget={})
-    state = SessionState()
-
-    def emit(kind, data):
-        event = files.journal.append(kind, data)
-        apply(state, event.to_dict())
-        return event
-
-    def path_of(n):
-        if not files.attempt_dir(n).exists():
-            files.write_attempt(n, kernel=state.attempts[n].source, parent_kernel=None, parent=None)
-        return files.attempt_dir(n) / "kernel.py"
-
-    for n, source in sources.items():
-        emit("attempt.written", {"attempt": n, "sha256": str(n), "source": source, "params": {}})
-    return Evaluations(pool, task=TASK, state=state, files=files, emit=emit, attempt_path=path_of), state, files
 
 
 def settle_until(evals, predicate, timeout=10.0):
