@@ -1,6 +1,8 @@
-"""TUI responsiveness: review of a 100,000-event session, and key latency while the agent emits 100 events/s.
+"""TUI responsiveness: review of a 100,000-event session, and key latency while the agent emits 100 events/s; with
+--tmux, key-to-paint in a real tmux against a bare Textual app under the same load.
 
 Run: PYTHONPATH=. python benchmarks/tui_responsiveness.py [--events 100000] [--rate 100] [--presses 20]
+     PYTHONPATH=. python benchmarks/tui_responsiveness.py --tmux [--workers 2] [--presses 20] [--rounds 2]
 
 1. A session of --events events is written through the real SessionStore and Journal (one fsync per event, as the
    runtime appends), in a realistic mix: model requests and responses with kernel-sized text, tool calls and results,
@@ -12,6 +14,13 @@ Run: PYTHONPATH=. python benchmarks/tui_responsiveness.py [--events 100000] [--r
 3. Live: the live screen driven by FloodRuntime at --rate events/s; each key is pressed --presses times at random
    moments, and the latency is the time from sending the key to its effect being in the widget tree (polled every
    millisecond; the frame follows within one refresh).
+
+--tmux: key-to-paint as a person sees it. A private tmux server (its own socket and config, 120x40) runs
+`workbench run softmax --agent tuner --device cpu --workers N`, the real TUI with the tuner evaluating on N CPU slots;
+`f` (the event log's next filter) is sent with `tmux send-keys` at random moments and the latency is the time until
+`tmux capture-pane` shows the log's new title. The same is measured for a bare Textual app (one label that `f`
+changes) while a headless run of the same tuner with the same --workers loads the machine the same way. Rounds
+alternate the two, so a change in the machine's other load falls on both.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ import asyncio
 import os
 import platform
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -211,16 +222,135 @@ async def key_latency(rate: float, presses: int) -> tuple[dict[str, list[float]]
     return samples, seen, seen / seconds
 
 
+# -- --tmux: key-to-paint in a real terminal ---------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+FILTER_TITLES = ("events · filter: attempts + evals (f)", "events · filter: tools (f)",
+                 "events · filter: nudges + errors (f)")
+"""What the event log's title says under each filter but 'all' (workbench.ui.formatting.EVENT_FILTERS)."""
+
+
+def bare_app() -> None:
+    """The baseline: a Textual app whose one label `f` cycles through the same four titles."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static
+
+    class Bare(App[None]):
+        BINDINGS = [("f", "next", "next"), ("q", "quit", "quit")]
+
+        def compose(self) -> ComposeResult:
+            self.i = 0
+            yield Static("events", id="label")
+
+        def action_next(self) -> None:
+            self.i = (self.i + 1) % 4
+            self.query_one(Static).update(("events", *FILTER_TITLES)[self.i])
+
+    Bare().run()
+
+
+def title_of(screen: str) -> str:
+    """Which filter title the screen shows ('events' when none of the others)."""
+    return next((t for t in FILTER_TITLES if t in screen), "events")
+
+
+def press_latencies(tmux: Any, name: str, presses: int, rng: random.Random) -> list[float]:
+    """Send `f` `presses` times at random moments; ms from send-keys to capture-pane showing the next title."""
+    out = []
+    for _ in range(presses):
+        time.sleep(rng.uniform(0.3, 0.8))
+        before = title_of(tmux.screen(name))
+        sent = time.perf_counter()
+        tmux("send-keys", "-t", name, "f")
+        while title_of(tmux.screen(name)) == before:
+            if time.perf_counter() - sent > 10:
+                raise SystemExit(f"{name}: no change 10 s after f")
+        out.append((time.perf_counter() - sent) * 1000)
+    return out
+
+
+def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> tuple[list[float], list[float]]:
+    """One round: (the workbench's latencies, the bare app's), each under a tuner on `workers` CPU slots."""
+    from tests.test_tui_tmux import CONFIG, Tmux, descendants, kill
+
+    config = folder / "config.toml"
+    config.write_text('theme = "workbench-ansi"\ncursor_blink = false\n')
+    env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(config), "ANTHROPIC_API_KEY": "", "COLUMNS": "120",
+           "LINES": "40"}
+    run = ["run", "softmax", "--agent", "tuner", "--device", "cpu", "--workers", str(workers)]
+    (folder / "tmux.conf").write_text(CONFIG)
+    tmux = Tmux(folder / "tmux.sock", folder / "tmux.conf")
+    try:
+        tmux.start("wb", env, *run, "--sessions-dir", str(folder / "s1"))
+        tmux.wait("wb", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
+        ours = press_latencies(tmux, "wb", presses, rng)
+        pids = descendants(tmux.pid("wb"))
+        tmux("kill-session", "-t", "wb")
+        kill(pids)
+
+        load = subprocess.Popen([sys.executable, "-m", "workbench", *run, "--headless", "--sessions-dir",
+                                 str(folder / "s2")], cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        try:
+            load.stdout.readline()  # the session id
+            load.stdout.readline()  # the first result: both slots are evaluating by now
+            flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
+            tmux("new-session", "-d", "-s", "bare", "-x", "120", "-y", "40", "-c", str(REPO), *flags,
+                 sys.executable, str(Path(__file__).resolve()), "--bare-app")
+            tmux.wait("bare", lambda s: "events" in s, 60, "the bare app")
+            bare = press_latencies(tmux, "bare", presses, rng)
+        finally:
+            pids = descendants(load.pid)
+            os.killpg(load.pid, signal.SIGKILL)
+            kill(pids)
+            load.wait(10)
+    finally:
+        tmux("kill-server", check=False)
+    return ours, bare
+
+
+def tmux_main(workers: int, presses: int, rounds: int) -> None:
+    rng = random.Random(11)
+    ours: list[float] = []
+    bare: list[float] = []
+    for i in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            o, b = tmux_round(Path(tmp), workers, presses, rng)
+        ours += o
+        bare += b
+        print(f"round {i + 1}: workbench median {statistics.median(o):.0f} ms, bare {statistics.median(b):.0f} ms",
+              flush=True)
+    print()
+    print("| key-to-paint in tmux (f, event log filter) | median | p95 | max |")
+    print("|---|---|---|---|")
+    for name, values in ((f"workbench TUI, tuner on --workers {workers}", ours),
+                         (f"bare Textual app, headless tuner on --workers {workers}", bare)):
+        values = sorted(values)
+        p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+        print(f"| {name} ({len(values)} presses) | {statistics.median(values):.0f} ms | {p95:.0f} ms | "
+              f"{values[-1]:.0f} ms |")
+    print(f"| ratio of medians | {statistics.median(ours) / statistics.median(bare):.2f}x | | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--presses", type=int, default=20)
+    parser.add_argument("--tmux", action="store_true", help="key-to-paint in a real tmux against a bare app")
+    parser.add_argument("--workers", type=int, default=2, help="with --tmux: the tuner's evaluation slots")
+    parser.add_argument("--rounds", type=int, default=2, help="with --tmux: rounds of both measurements")
+    parser.add_argument("--bare-app", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    os.environ["TZ"] = "UTC"
-    time.tzset()
+    if args.bare_app:
+        bare_app()
+        return
     print(f"machine: {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
           f"{platform.platform()}")
+    if args.tmux:
+        tmux_main(args.workers, args.presses, args.rounds)
+        return
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "sessions"
         session_id, write_s, size = write_session(root, args.events)

@@ -14,6 +14,7 @@ from workbench import cli
 from workbench.agent.backends import registry
 from workbench.agent.backends.tuner import TunerBackend
 from workbench.agent.evaluation import FunctionEvaluator
+from workbench.agent.slots import evaluator_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "fixtures" / "tasks"
@@ -86,8 +87,8 @@ def test_a_third_party_backend_is_found_and_runs_through_the_cli(installed, tmp_
     installed["echo"] = "wb_echo_backend:SPEC"
     assert registry.names() == ["tuner", "claude", "openai", "echo"]
     monkeypatch.setenv("WORKBENCH_KERNELS", str(TASKS))
-    monkeypatch.setattr("workbench.agent.evaluation.ServiceEvaluator",
-                        lambda device, task=None: FunctionEvaluator(lambda *a, **k: {}, device))
+    monkeypatch.setattr("workbench.fleet.make_pool", lambda task, device, **ignored: evaluator_pool(
+        [FunctionEvaluator(lambda *a, **k: {}, device)], task, device))
     sessions = tmp_path / "sessions"
     code = cli.main(["run", "tiny", "--agent", "echo", "--headless", "--device", "cpu",
                      "--sessions-dir", str(sessions)])

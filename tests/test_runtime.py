@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from workbench.agent.backends.transport import BackendError
 from workbench.agent.backends.tuner import TunerBackend, parse_pins
 from workbench.agent.budget import Budget
 from workbench.agent.commands import Command
@@ -172,14 +173,16 @@ def test_failing_seed_finishes_with_its_verdict(tmp_path):
     files.close()
 
 
-def test_evaluator_exception_is_journaled_and_reraised(tmp_path):
+def test_an_evaluator_exception_is_a_journaled_failure_and_stops_the_run_resumably(tmp_path):
     def broken(task, path, device, **kw):
         raise RuntimeError("boom")
 
     runtime, files = new_runtime(tmp_path, Budget(), broken)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(BackendError, match="attempt 1 could not be evaluated: RuntimeError: boom"):
         runtime.run(threading.Event())
     assert runtime.state.status == "stopped" and "boom" in runtime.state.stop_reason
+    failed = [e for e in read_events(files.dir / "events.jsonl") if e.type == "eval.failed"]
+    assert [(e.data["attempt"], e.data["message"]) for e in failed] == [(1, "RuntimeError: boom")]
     files.close()
 
 

@@ -21,6 +21,7 @@ from workbench.agent.edits import WorkingCopy, WorkingCopyError
 from workbench.agent.evaluation import Evaluations, FunctionEvaluator
 from workbench.agent.runtime import AgentRuntime
 from workbench.agent.sink import NullSink
+from workbench.agent.slots import evaluator_pool
 from workbench.agent.tools import TOOLS, ToolContext, ToolError, render_result
 from workbench.journal import Event
 from workbench.session import SessionStore
@@ -206,7 +207,8 @@ def evaluations(tmp_path: Path, evaluator) -> tuple[Evaluations, Log, Any]:
             files.write_attempt(n, kernel=log.state.attempts[n].source, parent_kernel=None, parent=None)
         return files.attempt_dir(n) / "kernel.py"
 
-    return Evaluations(evaluator, task=SimpleNamespace(name="toy"), state=log.state, files=files, emit=log.emit,
+    task = SimpleNamespace(name="toy")
+    return Evaluations(evaluator_pool([evaluator], task), task=task, state=log.state, files=files, emit=log.emit,
                        attempt_path=path_of), log, files
 
 
@@ -326,6 +328,7 @@ def test_a_tool_runs_against_a_hand_built_context_without_a_runtime(tmp_path: Pa
     ctx = ToolContext(state=log.state, task=SimpleNamespace(name="toy", dir=tmp_path), device="cpu",
                       seed_source=SEED, session_dir=tmp_path, emit=log.emit, write_attempt=write_attempt,
                       evaluate=lambda n, force=False: pytest.fail("not asked to evaluate"),
+                      final=lambda n: pytest.fail("not asked about results"),
                       attempt_path=lambda n: tmp_path / "k.py", ask=lambda question: False)
     outcome = TOOLS["edit_kernel"].run(ctx, {"search": '"B": 1}', "replace": '"B": 2}'})
     assert outcome.data == {"attempt": 1, "parent": None, "warnings": []} and written == [SEED.replace("1}", "2}")]

@@ -64,10 +64,12 @@ def _load_task(name: str):
         raise CliError(str(exc)) from exc
 
 
-def _backend(agent: str, task, model: str | None, state=None, start: str | None = None, endpoint=None):
-    """The backend strategy for `agent`, from the registry; the seed is `start` (run --start), else the kernel the
-    session was started from (a resume rebuilds it from the journal), else the task's seed; the endpoint is what a
-    resumed session journaled, overridden by `endpoint` (--base-url, --price, --no-stream).
+def _backend(agent: str, task, model: str | None, state=None, start: str | None = None, endpoint=None,
+             branches: int = 1):
+    """The backend strategy for `agent`, from the registry (one per branch: a list when branches > 1); the seed is
+    `start` (run --start), else the kernel the session was started from (a resume rebuilds it from the journal),
+    else the task's seed; the endpoint is what a resumed session journaled, overridden by `endpoint` (--base-url,
+    --price, --no-stream).
 
     What the backend needs (its packages, a credential, access to its model) is checked here, before any session
     is created or resumed, so a missing or rejected key is one line and exit 2 rather than a run that dies on its
@@ -105,6 +107,9 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
         backend = spec.create(options)
     except BackendError as exc:
         raise CliError(str(exc)) from None
+    if branches > 1 and backend.memory_kind != "messages":
+        raise CliError(f"--branches {branches}: the {agent} agent holds no conversation to branch; it keeps one "
+                       "evaluation per slot in flight instead (--workers)")
     if spec.transport is not None and backend.model:
         try:
             warning = spec.transport(backend.endpoint or endpoint).check_access(backend.model)
@@ -112,7 +117,7 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
             raise CliError(str(exc)) from None
         if warning:
             print(f"workbench: warning: {warning}", file=sys.stderr)
-    return backend
+    return [backend, *(spec.create(options) for _ in range(branches - 1))] if branches > 1 else backend
 
 
 ENDPOINT_FLAGS = {"base_url": "--base-url", "price": "--price", "stream": "--stream/--no-stream"}
@@ -138,13 +143,27 @@ def _endpoint_flags(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def _runtime(files, state, task, backend, *, device: str, budget):
-    """The runtime for a run, with the evaluator and observer the device calls for (built here, owned by it)."""
-    from workbench.agent.evaluation import ServiceEvaluator, ncu_observer
+def _pool(task, device: str, workers: int | None, cluster: str):
+    """The run's evaluation slots (workbench.fleet.make_pool), made before a session is, so that a bad --workers, a
+    busy GPU or a Ray address that does not answer is one line and exit 2: (pool, reference slot)."""
+    from workbench.fleet import FleetError, make_pool
+
+    try:
+        pool = make_pool(task, device, workers=workers, cluster=None if cluster == "local" else cluster)
+    except FleetError as exc:
+        raise CliError(str(exc)) from None
+    return pool, pool.reference()
+
+
+def _runtime(files, state, task, backend, *, device: str, budget, pool, cluster: str):
+    """The runtime for a run, on its pool (built by _pool, owned by the runtime from here), with the observer the
+    device calls for."""
+    from workbench.agent.evaluation import ncu_observer
     from workbench.agent.runtime import AgentRuntime
 
-    return AgentRuntime(files, state, task, backend, device=device, budget=budget, evaluator=ServiceEvaluator(device, task),
-                        kernel_observer=ncu_observer if device == "cuda" else None)
+    pool, reference = pool
+    return AgentRuntime(files, state, task, backend, device=device, budget=budget, pool=pool, reference=reference,
+                        cluster=cluster, kernel_observer=ncu_observer if device == "cuda" else None)
 
 
 def _device(requested: str | None) -> str:
@@ -252,12 +271,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     device = _device(args.device)
     budget = _budget(args)
     start = _start_kernel(args.start) if args.start else None
+    if args.branches < 1:
+        raise CliError("--branches must be at least 1")
     backend = _backend(agent, task, args.model, start=start["source"] if start else None,
-                       endpoint=_endpoint_flags(args))
-    files = SessionStore(_sessions_dir(args)).create(
-        task=task.name, agent=agent, model=args.model, device=device, budget=budget.to_dict()
-    )
-    runtime = _runtime(files, SessionState(), task, backend, device=device, budget=budget)
+                       endpoint=_endpoint_flags(args), branches=args.branches)
+    pool = _pool(task, device, args.workers, args.cluster)
+    try:
+        files = SessionStore(_sessions_dir(args)).create(
+            task=task.name, agent=agent, model=args.model, device=device, budget=budget.to_dict()
+        )
+    except BaseException:
+        pool[0].close()
+        raise
+    runtime = _runtime(files, SessionState(), task, backend, device=device, budget=budget, pool=pool,
+                       cluster=args.cluster)
     created = {"id": files.id, "task": task.name, "agent": agent, "model": args.model, "device": device,
                "created": files.meta.get("created", ""), "budget": budget.to_dict(), **_task_origin(task)}
     if start:
@@ -285,9 +312,22 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except CliError:
         files.close()
         raise
-    budget = _budget(args, state.budget)
-    backend = _backend(state.agent, task, state.model, state, endpoint=_endpoint_flags(args))
-    runtime = _runtime(files, state, task, backend, device=state.device, budget=budget)
+    try:
+        budget = _budget(args, state.budget)
+        backend = _backend(state.agent, task, state.model, state, endpoint=_endpoint_flags(args),
+                           branches=state.branches)
+        cluster = args.cluster or state.cluster or "local"
+        workers = args.workers if args.workers is not None else (state.workers or None)
+        if args.workers is None and cluster == "local" and state.device == "cuda" and workers is not None:
+            from workbench.fleet.gpus import discover
+
+            free = sum(1 for gpu in discover() if not gpu.busy)
+            workers = min(workers, free) or None  # fewer free GPUs here than last time: use them all
+        pool = _pool(task, state.device, workers, cluster)
+    except CliError:
+        files.close()
+        raise
+    runtime = _runtime(files, state, task, backend, device=state.device, budget=budget, pool=pool, cluster=cluster)
     if changed:
         print(f"workbench: warning: task {task.name!r} changed ({', '.join(changed)}); results before seq "
               f"{state.last_seq + 1} were judged by the old oracle", file=sys.stderr)
@@ -302,6 +342,7 @@ def _drive(runtime, args: argparse.Namespace, files) -> int:
             return _run_headless(runtime, files)
         return _run_tui(runtime, files, args)
     finally:
+        runtime.close()
         files.close()
 
 
@@ -341,6 +382,9 @@ def _run_tui(runtime, files, args: argparse.Namespace) -> int:
     from workbench.ui.factory import make_app
 
     app = make_app(_settings(args), state=runtime.state, runtime=runtime)
+    # The agent's thread (journal, fold) shares the interpreter lock with the UI: a 1 ms switch interval, not 5,
+    # lets a key's handler in as soon as the agent's work reaches a switch point.
+    sys.setswitchinterval(0.001)
     reason = app.run()
     print(f"session {files.id}: {runtime.state.status} ({reason or runtime.state.stop_reason or 'no stop reason'})"
           f"; resume with: workbench resume {files.id}")
@@ -423,7 +467,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     except SessionError as exc:
         raise CliError(str(exc)) from exc
     if args.prompt_at is not None:
-        return _show_prompt(files, args.prompt_at, args.json)
+        return _show_prompt(files, args.prompt_at, args.json, args.branch)
+    if args.branch is not None:
+        raise CliError("--branch goes with --prompt-at SEQ")
     state = load_state(files)
     summary = _summary(state)
     if args.json:
@@ -446,14 +492,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _show_prompt(files, seq: int, as_json: bool) -> int:
-    """Print the model context at journal seq `seq`, rebuilt from the journal (the last request at or before it)."""
+def _show_prompt(files, seq: int, as_json: bool, branch: int | None = None) -> int:
+    """Print the model context at journal seq `seq`, rebuilt from the journal (the last request at or before it, of
+    `branch` when given)."""
     from workbench.agent.context import context_at, render_text
     from workbench.session.revisions import sha256_text
 
     if seq < 1:
         raise CliError("--prompt-at takes a journal seq (1 or more)")
-    prompt, memory, request = context_at(files.read_events(), seq)
+    prompt, memory, request = context_at(files.read_events(), seq, branch)
     if prompt is None:
         # A session without model requests (the tuner): its memory window is what a model would have read.
         lines = [f"no model request at or before seq {seq}; the agent's memory window there:"]
@@ -466,7 +513,8 @@ def _show_prompt(files, seq: int, as_json: bool) -> int:
     if as_json:
         print(json.dumps(_request_body(files, prompt, request, seq), indent=2, ensure_ascii=False))
         return EXIT_OK
-    print(f"context of turn {request.get('turn')} (llm.request at or before seq {seq}; "
+    of_branch = f"branch {request['branch']}, " if "branch" in request else ""
+    print(f"context of {of_branch}turn {request.get('turn')} (llm.request at or before seq {seq}; "
           f"~{request.get('context_tokens', '?')} tokens of a {request.get('budget_tokens', '?')} budget)")
     if request.get("system_sha256") and request["system_sha256"] != sha256_text(prompt.system):
         print("note: this workbench words the system prompt differently from the one that was sent")
@@ -826,6 +874,15 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--context-budget", dest="context_tokens", type=int,
                        help="model-context size (estimated tokens) past which older turns are compacted")
 
+    def fleet_flags(p: argparse.ArgumentParser, resume: bool = False) -> None:
+        again = " (default: as the session last ran)" if resume else ""
+        p.add_argument("--workers", type=int, metavar="N",
+                       help="evaluation slots: evaluations run at once, one per GPU" +
+                       (again or " (default: every visible GPU on CUDA, 1 on the CPU)"))
+        p.add_argument("--cluster", choices=["local", "ray"], default=None if resume else "local",
+                       help="ray: evaluate on a Ray cluster's GPUs (joins RAY_ADDRESS, else starts a local Ray; "
+                            "pip install -e '.[cluster]')" + again)
+
     def endpoint_flags(p: argparse.ArgumentParser, resume: bool = False) -> None:
         again = " (default: what the session journaled)" if resume else ""
         p.add_argument("--base-url", metavar="URL",
@@ -849,6 +906,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="start from this kernel instead of the task's seed, e.g. kernels/kda/kda_chunked.py")
     p.add_argument("--headless", action="store_true", help="no TUI: print one line per attempt")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible")
+    fleet_flags(p)
+    p.add_argument("--branches", type=int, default=1, metavar="K",
+                   help="run K conversations from the goal at once, sharing the ledger, the best and your nudges "
+                        "(LLM agents; default 1)")
     p.add_argument("--no-mouse", action="store_true")
     budget_flags(p)
     sessions_flag(p)
@@ -861,6 +922,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="continue although the task's oracle files changed since the session started (journaled)")
     p.add_argument("--headless", action="store_true")
     p.add_argument("--no-mouse", action="store_true")
+    fleet_flags(p, resume=True)
     endpoint_flags(p, resume=True)
     budget_flags(p)
     sessions_flag(p)
@@ -890,6 +952,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--prompt-at", type=int, metavar="SEQ",
                    help="print the model context as of journal seq SEQ (rebuilt from the journal)")
+    p.add_argument("--branch", type=int, metavar="B",
+                   help="with --prompt-at: branch B's context (run --branches; default: the branch of the last "
+                        "request at or before SEQ)")
     sessions_flag(p)
     p.set_defaults(func=cmd_show)
 

@@ -57,6 +57,13 @@ class Budget:
         return None
 
 
+    def saturated(self, state: SessionState, in_flight: int) -> bool:
+        """Whether the candidate evaluations in flight bring the evaluated attempts to --max-iterations: nothing
+        new should start, the run waits for them (with several slots busy a run would otherwise overshoot)."""
+        return self.max_iterations is not None and in_flight > 0 and \
+            state.evaluated + in_flight >= self.max_iterations
+
+
 def attempts_since_best(state: SessionState) -> int:
     """Evaluated attempts written after the best one (all evaluated attempts while there is no best)."""
     best = state.best

@@ -52,8 +52,9 @@ def expand(content: list[Block], state: SessionState) -> list[Block]:
     return out
 
 
-def build_prompt(memory: SessionMemory, state: SessionState) -> Prompt:
-    """The prompt: system text, tools, then the compaction summary (if any) and the window, roles alternating."""
+def build_prompt(memory: SessionMemory, state: SessionState, version: int | None = None) -> Prompt:
+    """The prompt: system text, tools (as of prompts `version`; None: the current ones), then the compaction summary
+    (if any) and the window, roles alternating."""
     messages: list[Message] = []
     if memory.summary:
         messages.append({"role": "user", "content": [{"type": "text", "text": memory.summary}]})
@@ -63,22 +64,25 @@ def build_prompt(memory: SessionMemory, state: SessionState) -> Prompt:
             messages[-1] = {"role": entry.role, "content": messages[-1]["content"] + content}  # type: ignore[typeddict-item]
         else:
             messages.append({"role": entry.role, "content": content})  # type: ignore[typeddict-item]
-    return Prompt(system_prompt(state.goal), specs(), messages, bool(memory.summary))
+    return Prompt(system_prompt(state.goal), specs(version), messages, bool(memory.summary))
 
 
-def context_at(events: Iterable["Event"], seq: int) -> tuple[Prompt | None, SessionMemory, dict[str, Any]]:
-    """The context the model saw at the last llm.request at or before `seq`.
+def context_at(events: Iterable["Event"], seq: int, branch: int | None = None
+               ) -> tuple[Prompt | None, SessionMemory, dict[str, Any]]:
+    """The context a model saw at the last llm.request at or before `seq`.
 
     Args:
         events: the journal's events from seq 1, in order.
         seq: a journal seq.
+        branch: whose conversation (run --branches); None: the branch of that last request.
 
     Returns:
         (prompt or None when no model request happened by then, the memory at that point, and the llm.request
         data or, for a session without model requests, {}).
     """
     records = [e.to_dict() for e in events if e.seq <= seq]
-    requests = [r for r in records if r["type"] == "llm.request"]
+    requests = [r for r in records if r["type"] == "llm.request"
+                and (branch is None or r["data"].get("branch", 0) == branch)]
     state = SessionState()
     if not requests:
         memory = SessionMemory("tools")
@@ -86,14 +90,14 @@ def context_at(events: Iterable["Event"], seq: int) -> tuple[Prompt | None, Sess
             apply(state, record)
             memory.apply(record)
         return None, memory, {}
-    upto = requests[-1]["seq"]
-    memory = SessionMemory("messages")
+    request = requests[-1]
+    memory = SessionMemory("messages", request["data"].get("branch", 0))
     for record in records:
-        if record["seq"] > upto:
+        if record["seq"] > request["seq"]:
             break
         apply(state, record)
         memory.apply(record)
-    return build_prompt(memory, state), memory, requests[-1]["data"]
+    return build_prompt(memory, state, request["data"].get("prompt_version")), memory, request["data"]
 
 
 def render_text(prompt: Prompt) -> str:

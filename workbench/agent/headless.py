@@ -6,6 +6,7 @@ import sys
 from concurrent.futures import Future
 from typing import TextIO
 
+from workbench.agent.sink import FleetView
 from workbench.journal import Event
 from workbench.session.state import SessionState
 
@@ -23,7 +24,10 @@ def progress_line(state: SessionState, n: int) -> str:
     flag = "" if attempt.timing_comparable else " (cpu-interpret: timing not comparable)"
     note = f"  [{attempt.note}]" if attempt.note else ""
     message = f"  {attempt.message}" if attempt.verdict != "ok" and attempt.message else ""
-    return f"attempt {n:4d}  {attempt.verdict:<13} {speed:>9} {ms:>14}  {best_text}{flag}{note}{message}"
+    where = f"  on {attempt.slot}" if state.workers > 1 and attempt.slot else ""
+    confirming = "  (a new best once confirmed on the reference slot)" if attempt.confirming else ""
+    return (f"attempt {n:4d}  {attempt.verdict:<13} {speed:>9} {ms:>14}  {best_text}{flag}{where}{confirming}"
+            f"{note}{message}")
 
 
 class HeadlessSink:
@@ -42,6 +46,12 @@ class HeadlessSink:
                         f"hidden shapes {outcome}")
         elif event.type == "eval.finished":
             self._print(progress_line(self.state, event.data["attempt"]))
+        elif event.type == "eval.failed" and not event.data.get("cancelled"):
+            self._print(f"attempt {event.data['attempt']:4d}  not evaluated: {event.data.get('message', '')}")
+        elif event.type == "fleet.slot":
+            moved = f"; the reference slot is now {event.data['reference']}" if event.data.get("reference") else ""
+            self._print(f"slot {event.data['slot'].get('slot', '?')} {event.data.get('state', '')}: "
+                        f"{event.data.get('message', '')}{moved}")
         elif event.type == "nudge.acked":
             self._print(f"nudge {event.data['id']}: {event.data.get('note', '')}")
         elif event.type == "run.stopped":
@@ -52,6 +62,9 @@ class HeadlessSink:
     def notify(self, text: str, severity: str = "information") -> None:
         """Print a notice."""
         self._print(text)
+
+    def fleet(self, view: FleetView) -> None:
+        """Not printed: a slot's faults come as fleet.slot events, and its phases change too often for a log."""
 
     def ask(self, question: str) -> Future[str]:
         """Headless runs cannot answer: the question is printed and the future cancelled."""

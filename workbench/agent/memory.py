@@ -5,6 +5,11 @@ conversation: each llm.request adds the user message(s) it carried (a delta, nev
 successful llm.response adds the assistant message. For the tuner ("tools" kind) each tool.call and tool.result
 adds a one-line entry. A memory.compacted event replaces every entry up to a seq by a structured summary.
 
+A run of several branches (run --branches) keeps one window per branch: the model and tool events a branch
+journals carry its number, and each branch's memory folds only its own (events without one belong to branch 0).
+The results of evaluations a branch queued that came in after its evaluate call returned are kept as `arrived`
+until its next request carries them.
+
 Compaction is deterministic: the summary is written from the session state (best result, strategy ledger,
 attempts, failures, profiler, instructions in force) and the model's own latest plan, with no extra model call,
 and is journaled with the range it replaced, what was dropped and an audit that the goal, every failed strategy,
@@ -41,6 +46,10 @@ KEEP_FRACTION = 0.5
 
 DEFAULT_CONTEXT_TOKENS = 100_000
 """Compaction budget when neither the run nor the backend sets one."""
+
+BRANCH_EVENTS = frozenset({"llm.request", "llm.response", "tool.call", "tool.result", "memory.compacted",
+                           "eval.finished", "eval.failed"})
+"""Event types that belong to one branch (their 'branch', 0 when absent); the others are shared by all."""
 
 RECENT_ATTEMPTS = 12
 """Attempts listed one per line in a summary (older ones are counted)."""
@@ -91,9 +100,14 @@ class Entry:
 class SessionMemory:
     """The context window as a fold of journal events (see the module docstring)."""
 
-    def __init__(self, kind: str = "tools") -> None:
+    def __init__(self, kind: str = "tools", branch: int = 0) -> None:
         self.kind = kind
         """'messages' (LLM conversation from llm.* events) or 'tools' (tool.call/tool.result lines)."""
+        self.branch = branch
+        """The branch whose events this window folds."""
+        self.arrived: list[int] = []
+        """Attempts whose evaluation, queued by this branch's calls, finished after the call had returned and
+        since the branch's last request (the next request tells the model)."""
         self.entries: list[Entry] = []
         self.summary = ""
         """The latest compaction summary ('' before the first compaction)."""
@@ -123,16 +137,19 @@ class SessionMemory:
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
-    def load(cls, files: "SessionFiles", state: SessionState, kind: str) -> "SessionMemory":
-        """Rebuild the window for resume: the latest summary (from the checkpointed state) plus the journal after it.
+    def load(cls, files: "SessionFiles", state: SessionState, kind: str, branch: int = 0) -> "SessionMemory":
+        """Rebuild a branch's window for resume: its latest summary (from the checkpointed state) plus the journal
+        after it.
 
         Only events after the last compacted range are read, so the cost follows the window, not the session.
         """
-        memory = cls(kind)
+        memory = cls(kind, branch)
         memory.source_chars = {n: len(a.source) for n, a in state.attempts.items()}
         start = 1
-        if state.memory.get("replaced"):
-            memory._compacted(state.memory)
+        # Checkpoints from before branches keep one compaction, which is branch 0's.
+        compaction = state.memories.get(str(branch)) or (state.memory if branch == 0 and not state.memories else {})
+        if compaction.get("replaced"):
+            memory._compacted(compaction)
             start = memory.compacted_upto + 1
         if state.last_seq >= start:
             for event in files.read_events(start_seq=start):
@@ -152,6 +169,8 @@ class SessionMemory:
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one journal event (as a dict) into the window."""
         kind, data, seq = event["type"], event.get("data") or {}, event["seq"]
+        if kind in BRANCH_EVENTS and data.get("branch", 0) != self.branch:
+            return
         if kind == "attempt.written":
             self.source_chars[data["attempt"]] = len(data.get("source", ""))
         elif kind == "memory.compacted":
@@ -175,6 +194,11 @@ class SessionMemory:
             for message in data.get("delta", []):
                 self._add(seq, message["role"], message["content"])
             self.pending, self.last_request_seq = True, seq
+            self.arrived = []  # the request's delta carried them
+        elif kind in ("eval.finished", "eval.failed") and data.get("call"):
+            final = kind == "eval.failed" or data.get("check") == "heldout" or not data.get("pending")
+            if final and data["attempt"] not in self.arrived:
+                self.arrived.append(data["attempt"])
         elif kind == "llm.response" and data.get("ok", True) and "content" in data:
             content = data["content"]
             self._add(seq, "assistant", content)
@@ -187,6 +211,10 @@ class SessionMemory:
             self.calls[data["ref"]] = {"call": data, "result": None, "result_seq": 0}
             self._refs[data["call_id"]] = data["ref"]
         elif kind == "tool.result":
+            reported = {r["attempt"] for r in (data.get("data") or {}).get("reports", [])}
+            if data.get("tool") == "evaluate" and "verdict" in (data.get("data") or {}):
+                reported.add(data["data"]["attempt"])
+            self.arrived = [n for n in self.arrived if n not in reported]
             ref = self._refs.get(data.get("call_id", ""))
             if ref is not None:
                 self.calls[ref]["result"], self.calls[ref]["result_seq"] = data, seq

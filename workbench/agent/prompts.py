@@ -13,8 +13,9 @@ from workbench.agent import ledger as ledger_mod
 from workbench.agent.ledger import short_paths
 from workbench.session.state import Attempt, SessionState
 
-PROMPTS_VERSION = 1
-"""Bumped when the wording changes; journaled with each request so a replay can tell old prompts from new."""
+PROMPTS_VERSION = 2
+"""Bumped when the wording or a tool's schema changes; journaled with each request so a replay can tell old prompts
+from new (2: evaluate takes several attempts and a wait)."""
 
 RULES = """\
 You are a GPU-kernel engineer working alone for many hours on one task: make the candidate kernel faster than the
@@ -161,6 +162,13 @@ def intro_text() -> str:
     """The first user message of a session."""
     return ("Start: read the task and the seed kernel, record your first strategies in the ledger, then improve "
             "the kernel. Work with tool calls only.")
+
+
+def branch_text(branch: int, branches: int) -> str:
+    """What a branch's first message adds when the run drives several conversations from the goal."""
+    return (f"You are branch {branch + 1} of {branches}: {branches} agents work on this goal at once, each with its "
+            "own conversation. The strategy ledger, the attempts and the best result are shared (the <state> block "
+            "shows them); pick strategies the ledger does not already hold, so the branches explore apart.")
 
 
 def nudge_message(nudge: dict[str, Any]) -> str:

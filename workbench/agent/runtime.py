@@ -1,18 +1,27 @@
 """AgentRuntime: the step loop every backend shares; every effect is journaled before anyone reacts to it.
 
 The runtime keeps the loop and the journal writer. Its collaborators each do one job: CommandDesk (commands,
-nudges, the inbox, answers to questions), WorkingCopy (the person's edits of kernel.py), Evaluations (the
-evaluator, the journal cache, the held-out gate, profiles) and Checkpoints. Tools get a ToolContext and backends a
-BackendContext: narrow views, never the runtime itself.
+nudges, the inbox, answers to questions), WorkingCopy (the person's edits of kernel.py), Evaluations (the run's
+evaluation pool, the journal cache, the held-out gate, profiles) and Checkpoints. Tools get a ToolContext and
+backends a BackendContext: narrow views, never the runtime itself.
+
+Nothing the loop waits for blocks it. Evaluations run on the pool's slots, and the loop journals what the pool
+reports at every step boundary and while it waits; an evaluate call that waits for results is left open (Deferred)
+and closed when they are in; a model request runs on a thread of its own (BackendContext.offload) and its reply is
+journaled from here. So K branches (run --branches) never wait on each other's model calls or evaluations, and
+this thread stays the only one that writes the journal.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench.agent.backends.base import Backend, BackendContext, Finish, ToolCall
 from workbench.agent.budget import Budget
@@ -21,16 +30,25 @@ from workbench.agent.commands import Command, CommandDesk
 from workbench.agent.edits import WorkingCopy, WorkingCopyError
 from workbench.agent.evaluation import Evaluated, Evaluations, Evaluator, KernelObserver
 from workbench.agent.memory import SessionMemory, plan_compaction
-from workbench.agent.sink import NullSink, RunSink
-from workbench.agent.tools import TOOLS, ToolContext, ToolError, check_args
+from workbench.agent.sink import FleetView, NullSink, RunSink
+from workbench.agent.slots import evaluator_pool
+from workbench.agent.tools import TOOLS, Deferred, ToolContext, ToolError, check_args, link_evidence
 from workbench.journal import Event
 from workbench.journal.events import AttemptWritten, RunStarted, RunStopped, ToolCalled, ToolResult
 from workbench.session.revisions import sha256_text
 from workbench.session.state import SessionState, apply
 
 if TYPE_CHECKING:
+    from workbench.fleet.api import EvaluationPool
     from workbench.session.store import SessionFiles
     from workbench.tasks import Task
+
+IDLE_S = 0.2
+"""Longest wait for the pool between two looks at commands and the stop event (the pause loop's slice too)."""
+MODEL_POLL_S = 0.05
+"""The wait while a model call is in flight: its reply is noticed (and journaled) within this."""
+FLEET_PHASE_S = 0.5
+"""Shortest interval between two fleet views that differ only in an evaluation's phase."""
 
 
 def _compact_args(args: Any) -> dict[str, Any]:
@@ -44,11 +62,41 @@ def _compact_args(args: Any) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class Branch:
+    """One conversation of the run: its backend and its own context window (memory, compaction, turns)."""
+
+    number: int
+    backend: Backend
+    memory: SessionMemory
+    finished: str | None = None
+    """The backend's finish reason, once it has finished in this run."""
+
+
+@dataclass(frozen=True)
+class OpenCall:
+    """A tool call journaled and waiting for evaluations (Deferred); the loop closes it once they are in."""
+
+    call_id: str
+    tool: str
+    ref: str | None
+    branch: int | None
+    deferred: Deferred
+
+
 class AgentRuntime:
-    """Runs one backend against one session until a budget, a finish, a stop or an error.
+    """Runs one backend (or K branches of one) against one session until a budget, a finish, a stop or an error.
 
     The runtime owns the session's journal writer. It is driven from one thread (the TUI's worker or the
     headless main thread) and talks to the outside only through the RunSink and the command queue.
+
+    Args:
+        backend: the strategy, or one backend per branch (run --branches K): K conversations from one goal, each
+            with its own window, sharing the ledger, the best and the nudges.
+        evaluator: evaluates every attempt on a pool of one slot, made for each run (tests, scripts).
+        pool: the run's evaluation slots (the CLI's --workers / --cluster), closed when the run ends.
+        reference: the slot that confirms a new best (default: the pool's first).
+        cluster: how the pool was made ('local' or 'ray'), journaled in run.started.
     """
 
     def __init__(
@@ -56,41 +104,83 @@ class AgentRuntime:
         files: "SessionFiles",
         state: SessionState,
         task: "Task",
-        backend: Backend,
+        backend: Backend | Sequence[Backend],
         *,
         device: str,
         budget: Budget,
-        evaluator: Evaluator,
+        evaluator: Evaluator | None = None,
+        pool: "EvaluationPool | None" = None,
+        reference: str | None = None,
+        cluster: str = "local",
         checkpoint_every: int = 200,
         kernel_observer: KernelObserver | None = None,
     ) -> None:
+        if (evaluator is None) == (pool is None):
+            raise ValueError("AgentRuntime: pass an evaluator or a pool, not both or neither")
+        backends = list(backend) if isinstance(backend, (list, tuple)) else [backend]
         self.files = files
         """The session folder (SessionFiles) holding the journal writer."""
         self.state = state
         """Live state: the fold of every event journaled so far."""
         self.task = task
-        self.backend = backend
+        self.backend = backends[0]
+        """The first branch's backend (the only one without --branches): it acknowledges nudges."""
         self.device = device
         self.budget = budget
+        self.cluster = cluster
         self._sink: RunSink = NullSink()
         self._stop = threading.Event()
         self._call_id = ""
-        self.memory = SessionMemory.load(files, state, backend.memory_kind)
-        """The context window every backend shares, rebuilt from the journal and kept in step by emit()."""
+        self._call_branch: int | None = None
+        self.branches = [Branch(i, b, SessionMemory.load(files, state, b.memory_kind, branch=i))
+                         for i, b in enumerate(backends)]
+        """The run's conversations; each memory is a fold of the journal kept in step by emit()."""
+        self.memory = self.branches[0].memory
+        """The first branch's context window."""
         self.commands = CommandDesk(state=state, emit=self.emit, take_inbox=files.take_inbox,
-                                    acknowledge=lambda nudge: backend.acknowledge(nudge, self.state, task))
+                                    acknowledge=lambda nudge: self.backend.acknowledge(nudge, self.state, task))
         """Commands, nudges and answers, applied at step boundaries."""
         self.working_copy = WorkingCopy(files.dir / "kernel.py", state)
         """sessions/<id>/kernel.py, for the person to edit in their own editor."""
-        self.evaluations = Evaluations(evaluator, task=task, state=state, files=files, emit=self.emit,
-                                       attempt_path=self.attempt_path, observer=kernel_observer)
-        """Evaluates attempts; owns the evaluator's lifetime."""
+        self._pools: Callable[[], "EvaluationPool"] = (
+            (lambda: evaluator_pool([evaluator], task, device if device in ("cpu", "cuda") else "cpu"))
+            if evaluator is not None else self._once(pool))
+        self._observer = kernel_observer
+        self._reference = reference
+        self.evaluations = self._evaluations()
+        """Evaluates attempts on the run's pool; closed when a run ends (the next run makes a new one)."""
+        self._pool_open = True
         self.checkpoints = Checkpoints(files, self.emit, every=checkpoint_every, last_seq=state.last_seq)
-        self.tool_context = ToolContext(state=state, task=task, device=device, seed_source=backend.seed_source,
-                                 session_dir=Path(files.dir), emit=self.emit, write_attempt=self.write_attempt,
-                                 evaluate=self.evaluate, attempt_path=self.attempt_path,
-                                 ask=lambda question: self.commands.ask(question, self._call_id))
+        self.tool_context = ToolContext(
+            state=state, task=task, device=device, seed_source=self.backend.seed_source, session_dir=Path(files.dir),
+            emit=self.emit, write_attempt=self.write_attempt, attempt_path=self.attempt_path,
+            evaluate=lambda n, force=False: self.evaluations.request(n, force=force, branch=self._call_branch,
+                                                                      call=self._call_id),
+            final=lambda n: self.evaluations.final(n),
+            ask=lambda question: self.commands.ask(question, self._call_id))
         """What every tool runs against."""
+        self._open: dict[str, OpenCall] = {}
+        """Tool calls waiting for evaluations, by call id."""
+        self._calls: list[Future[Any]] = []
+        """Model calls in flight (offloaded)."""
+        self._fleet_shown: tuple[Any, Any, float] = ((), (), 0.0)
+        """(jobs, phases, when a phase change may next be sent) of the fleet view sent last."""
+
+    @staticmethod
+    def _once(pool: "EvaluationPool | None") -> Callable[[], "EvaluationPool"]:
+        given = [pool]
+
+        def take() -> "EvaluationPool":
+            if not given:
+                raise RuntimeError("the evaluation pool given to this runtime was closed by its run; make a new "
+                                   "runtime (or pass evaluator=) to run again")
+            return given.pop()  # type: ignore[return-value]
+
+        return take
+
+    def _evaluations(self) -> Evaluations:
+        return Evaluations(self._pools(), task=self.task, state=self.state, files=self.files, emit=self.emit,
+                           attempt_path=self.attempt_path, observer=self._observer, reference=self._reference)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event, commands: "queue.Queue[Command] | None" = None,
@@ -99,33 +189,49 @@ class AgentRuntime:
         self._sink = self.commands.sink = sink or NullSink()
         self._stop = stop
         commands = commands if commands is not None else queue.Queue()
+        if not self._pool_open:
+            self.evaluations, self._pool_open = self._evaluations(), True
         resumed = self.state.status not in ("new", "created")
-        self.backend.bind(BackendContext(emit=self.emit, notify=self.notify, wait=self.wait, compact=self.compact,
-                                         memory=self.memory, budget=self.budget, context_limit=self.context_limit))
+        for branch in self.branches:
+            branch.finished = None
+            branch.backend.bind(self._context(branch))
+        slots = self.evaluations.slots()
         started = RunStarted(budget=self.budget.to_dict(), resumed=resumed, agent=self.backend.name,
-                             model=self.backend.model, device=self.device)
+                             model=self.backend.model, device=self.device, workers=len(slots), cluster=self.cluster,
+                             slots=[s.to_dict() for s in slots], reference=self.evaluations.reference)  # type: ignore[typeddict-item]
+        if len(self.branches) > 1:
+            started["branches"] = len(self.branches)
         if self.backend.endpoint is not None:
             started["endpoint"] = self.backend.endpoint
         self.emit("run.started", dict(started))
         try:
             self._recover_in_flight()
             reason, final = self._loop(stop, commands)
+            self._settle(stop)
         except BaseException as exc:
             self.emit("error", {"message": f"{type(exc).__name__}: {exc}"})
             self.emit("run.stopped", dict(RunStopped(reason=f"error: {type(exc).__name__}: {exc}", final=False)))
             self.checkpoints.write(self.state)
             raise
         finally:
+            self._open.clear()  # left open in the journal: the next run closes them as interrupted
             self.evaluations.close()
+            self._pool_open = False
         self.emit("run.stopped", dict(RunStopped(reason=reason, final=final)))
         self.checkpoints.write(self.state)
         return reason
+
+    def close(self) -> None:
+        """Close the evaluation pool if no run did (a TUI closed before its agent started)."""
+        if self._pool_open:
+            self.evaluations.close()
+            self._pool_open = False
 
     def _loop(self, stop: threading.Event, commands: "queue.Queue[Command]") -> tuple[str, bool]:
         while True:
             self._take_commands(commands)
             while self.commands.paused and not stop.is_set():
-                stop.wait(0.2)
+                self._idle(IDLE_S)  # evaluations in flight still report while paused
                 self._take_commands(commands)
             if stop.is_set():
                 return "stopped by the person", False
@@ -133,21 +239,87 @@ class AgentRuntime:
             exceeded = self.budget.exceeded(self.state, datetime.now(timezone.utc))
             if exceeded:
                 return f"budget: {exceeded}", False
-            action = self.backend.next_action(self.state, self.task)
-            if isinstance(action, Finish):
-                return action.reason, True
-            if action is not None:
-                self.call_tool(action)
-            if self.memory.kind == "tools":
-                # An LLM backend compacts right before a request, when the size of its delta is known.
-                self.compact()
+            progressed = self._step()
+            live = [b for b in self.branches if b.finished is None]
+            if not live:
+                if len(self.branches) == 1:
+                    return self.branches[0].finished or "", True
+                return "every branch finished: " + "; ".join(f"branch {b.number}: {b.finished}"
+                                                             for b in self.branches), True
+            self._idle(0.0 if progressed else MODEL_POLL_S if self._model_calls() else IDLE_S)
             if self.checkpoints.due(self.state):
                 self.checkpoints.write(self.state)
+
+    def _step(self) -> bool:
+        """One step of each live branch; whether any of them did something."""
+        progressed = False
+        for branch in self.branches:
+            if branch.finished is not None or any(c.branch == branch.number for c in self._open.values()):
+                continue  # a branch is asked for its next step once its last call's result is in, as without a pool
+            if self.budget.saturated(self.state, self._candidates_in_flight()):
+                break  # the evaluations in flight reach --max-iterations: wait for them, start nothing new
+            action = branch.backend.next_action(self.state, self.task)
+            if isinstance(action, Finish):
+                branch.finished, progressed = action.reason, True
+                continue
+            if isinstance(action, ToolCall):
+                self.call_tool(action, branch=branch.number)
+                progressed = True
+            if branch.memory.kind == "tools":
+                # An LLM backend compacts right before a request, when the size of its delta is known.
+                self.compact(branch=branch)
+        return progressed
+
+    def _candidates_in_flight(self) -> int:
+        """Attempts with a candidate evaluation queued or running and no result yet."""
+        return len({job["attempt"] for job in self.state.jobs.values() if job.get("kind", "candidate") == "candidate"
+                    and self.state.attempts[job["attempt"]].verdict is None})
+
+    def _idle(self, timeout: float) -> None:
+        """Journal what the pool reported (waiting up to `timeout` for it), close the tool calls it completes."""
+        for n in self.evaluations.drain(timeout):
+            link_evidence(self.state, n, self.emit)
+        for call in [c for c in self._open.values() if c.deferred.ready()]:
+            del self._open[call.call_id]
+            try:
+                outcome = call.deferred.finish()
+                result = ToolResult(call_id=call.call_id, tool=call.tool, ok=True, summary=outcome.summary,
+                                    data=outcome.data)
+            except ToolError as exc:
+                result = ToolResult(call_id=call.call_id, tool=call.tool, ok=False, error=str(exc))
+            self.emit("tool.result", self._stamped(dict(result), call.ref, call.branch))
+        self._show_fleet()
+
+    def _settle(self, stop: threading.Event) -> None:
+        """Before a run ends by itself (a finish, a budget): journal the evaluations still in flight, which may make
+        a new best; a stop by the person leaves them to the next run."""
+        quiet = 0
+        while not stop.is_set() and self.state.jobs and quiet < 2:
+            seq = self.state.last_seq
+            self._idle(IDLE_S)
+            # A result the pool holds is journaled by the next drain; a job no slot can take would wait forever.
+            quiet = quiet + 1 if self.state.last_seq == seq and not self.evaluations.pool.pending() else 0
+
+    def _show_fleet(self) -> None:
+        """Tell the sink what the slots are doing when it changed (phases are not journaled: they change often).
+
+        A job taken or ended, a fault or the queue is sent at once; a change of phase alone at most every
+        FLEET_PHASE_S, because every view costs the TUI a repaint of its fleet pane.
+        """
+        slots = tuple(self.evaluations.pool.slots())
+        queued = max(0, self.evaluations.pool.pending() - sum(1 for s in slots if s.state == "busy"))
+        jobs = tuple((s.info.slot, s.state, s.job.id if s.job else "", len(s.faults)) for s in slots), queued
+        phases = tuple(s.phase for s in slots)
+        now = time.monotonic()
+        if jobs == self._fleet_shown[0] and (phases == self._fleet_shown[1] or now < self._fleet_shown[2]):
+            return
+        self._fleet_shown = (jobs, phases, now + FLEET_PHASE_S)
+        self._sink.fleet(FleetView(slots, queued))
 
     def _take_commands(self, commands: "queue.Queue[Command]") -> None:
         for command in self.commands.take(commands):  # the profile command runs the profile tool
             result = self.call_tool(ToolCall("profile", {}))
-            if not result.get("ok"):
+            if result is not None and not result.get("ok"):
                 self._sink.notify(result.get("error", ""), "warning")
 
     def _take_human_edit(self) -> None:
@@ -164,18 +336,54 @@ class AgentRuntime:
         n = self.write_attempt(edit.source, note="edited by hand (kernel.py)", params=edit.params,
                                parent=current.n if current else None, author="human")
         self._sink.notify(f"your edit of kernel.py is attempt {n}; evaluating it")
-        self.evaluate(n)
+        self.evaluations.request(n)
 
     def _recover_in_flight(self) -> None:
-        """Close tool calls a crash interrupted: marked aborted, never silently re-run twice."""
+        """Close tool calls a crash interrupted (marked aborted, never silently re-run twice), and re-queue the
+        evaluations it interrupted (Evaluations.recover)."""
         for call_id, call in sorted(self.state.in_flight.items(), key=lambda kv: kv[1]["seq"]):
-            self.emit("tool.result", dict(ToolResult(call_id=call_id, tool=call["tool"], ok=False, aborted=True,
-                                                     error="interrupted: the process ended before this call "
-                                                           "finished")))
+            result = ToolResult(call_id=call_id, tool=call["tool"], ok=False, aborted=True,
+                                error="interrupted: the process ended before this call finished")
+            self.emit("tool.result", self._stamped(dict(result), None, call.get("branch")))
         for attempt in self.state.attempts.values():
             self.attempt_path(attempt.n)
+        self.evaluations.recover()
 
     # -- what backends and tools are given -------------------------------------------------------
+    def _context(self, branch: Branch) -> BackendContext:
+        many = len(self.branches) > 1
+
+        def emit(type: str, data: dict[str, Any]) -> Event:
+            return self.emit(type, {**data, "branch": branch.number} if many else data)
+
+        return BackendContext(emit=emit, notify=self.notify, wait=self.wait, memory=branch.memory,
+                              compact=lambda extra_tokens=0, limit=None: self.compact(extra_tokens, limit,
+                                                                                      branch=branch),
+                              budget=self.budget, context_limit=self.context_limit, offload=self._offload,
+                              workers=self.evaluations.candidate_slots(), branch=branch.number,
+                              branches=len(self.branches))
+
+    def _offload(self, fn: Callable[[], Any]) -> "Future[Any]":
+        """Run fn on a thread of its own (a daemon: a hung model call never keeps the process alive after a stop)."""
+        future: Future[Any] = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the backend through the future
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="model call", daemon=True).start()
+        self._calls.append(future)
+        return future
+
+    def _model_calls(self) -> int:
+        """Offloaded calls not done yet."""
+        self._calls = [f for f in self._calls if not f.done()]
+        return len(self._calls)
+
     def notify(self, text: str, severity: str = "information") -> None:
         """A transient notice for the person (not journaled: the event it is about already is)."""
         self._sink.notify(text, severity)
@@ -189,38 +397,59 @@ class AgentRuntime:
         """The compaction budget: the run's --context-budget, else the backend's default."""
         return self.budget.context_tokens or self.backend.context_tokens
 
-    def compact(self, extra_tokens: int = 0, limit: int | None = None) -> Event | None:
-        """Journal a memory.compacted event when the context would pass its budget; returns it, or None.
+    def compact(self, extra_tokens: int = 0, limit: int | None = None, *, branch: Branch | None = None
+                ) -> Event | None:
+        """Journal a memory.compacted event when a branch's context would pass its budget; returns it, or None.
 
         Args:
             extra_tokens: tokens about to be added outside the window (an LLM backend's next request delta).
             limit: a budget lower than the usual one (after the model said the prompt was too long).
+            branch: whose window (default: the first branch's).
         """
-        overhead = self.backend.context_overhead(self.state) + extra_tokens
-        data = plan_compaction(self.memory, self.state, limit=limit or self.context_limit, overhead=overhead)
-        return self.emit("memory.compacted", data) if data is not None else None
+        branch = branch or self.branches[0]
+        overhead = branch.backend.context_overhead(self.state) + extra_tokens
+        data = plan_compaction(branch.memory, self.state, limit=limit or self.context_limit, overhead=overhead)
+        if data is None:
+            return None
+        if len(self.branches) > 1:
+            data["branch"] = branch.number
+        return self.emit("memory.compacted", data)
 
-    def call_tool(self, action: ToolCall) -> ToolResult:
-        """Journal the intent, run the tool, journal the result; a bad call is a tool error, not a crash."""
+    def _stamped(self, data: dict[str, Any], ref: str | None, branch: int | None) -> dict[str, Any]:
+        """Tool event data with the backend's ref and, in a run of several branches, the branch."""
+        if ref:
+            data["ref"] = ref
+        if branch is not None and len(self.branches) > 1:
+            data["branch"] = branch
+        return data
+
+    def call_tool(self, action: ToolCall, *, branch: int | None = None) -> ToolResult | None:
+        """Journal the intent, run the tool, journal the result; a bad call is a tool error, not a crash.
+
+        Returns:
+            The result, or None when the call waits for evaluations (its result is journaled when they are in).
+        """
         call_id = f"c{self.state.tool_calls + 1:06d}"
-        ref = {"ref": action.ref} if action.ref else {}
-        self.emit("tool.call", dict(ToolCalled(call_id=call_id, tool=action.tool, args=_compact_args(action.args),
-                                               **ref)))  # type: ignore[typeddict-item]
+        self.emit("tool.call", self._stamped(dict(ToolCalled(call_id=call_id, tool=action.tool,
+                                                             args=_compact_args(action.args))), action.ref, branch))
         tool = TOOLS.get(action.tool)
-        self._call_id = call_id
+        self._call_id, self._call_branch = call_id, branch
         try:
             if action.error:
                 raise ToolError(action.error)
             if tool is None:
                 raise ToolError(f"unknown tool {action.tool!r} (tools: {', '.join(TOOLS)})")
             outcome = tool.run(self.tool_context, check_args(tool, action.args))
+            if isinstance(outcome, Deferred):
+                self._open[call_id] = OpenCall(call_id, action.tool, action.ref, branch, outcome)
+                return None
             result = ToolResult(call_id=call_id, tool=action.tool, ok=True, summary=outcome.summary,
-                                data=outcome.data, **ref)  # type: ignore[typeddict-item]
+                                data=outcome.data)
         except ToolError as exc:
-            result = ToolResult(call_id=call_id, tool=action.tool, ok=False, error=str(exc), **ref)  # type: ignore[typeddict-item]
+            result = ToolResult(call_id=call_id, tool=action.tool, ok=False, error=str(exc))
         finally:
-            self._call_id = ""
-        self.emit("tool.result", dict(result))
+            self._call_id, self._call_branch = "", None
+        self.emit("tool.result", self._stamped(dict(result), action.ref, branch))
         return result
 
     def write_attempt(self, source: str, *, note: str, params: dict[str, Any], parent: int | None,
@@ -234,7 +463,7 @@ class AgentRuntime:
         return n
 
     def evaluate(self, n: int, *, force: bool = False) -> Evaluated:
-        """Evaluate attempt n (from the journal when its source was evaluated before, unless force)."""
+        """Evaluate attempt n and wait for its standing result (scripts; the tools never block on one)."""
         return self.evaluations.evaluate(n, force=force)
 
     def attempt_path(self, n: int) -> Path:
@@ -249,10 +478,12 @@ class AgentRuntime:
 
     # -- journal -------------------------------------------------------------------------------
     def emit(self, type: str, data: dict[str, Any]) -> Event:
-        """Append to the journal (fsync'd), fold into the state, then tell the sink; in that order."""
+        """Append to the journal (fsync'd), fold into the state and every branch's memory, then tell the sink; in
+        that order."""
         event = self.files.journal.append(type, data)  # type: ignore[union-attr]
         record = event.to_dict()
         apply(self.state, record)
-        self.memory.apply(record)
+        for branch in self.branches:
+            branch.memory.apply(record)
         self._sink.emit(event)
         return event

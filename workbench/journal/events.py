@@ -131,8 +131,28 @@ class GoalSet(TaskOrigin, total=False):
     budget: dict[str, Any]
 
 
+class SlotData(TypedDict, total=False):
+    """Where an evaluation runs (workbench.fleet.api.SlotInfo.to_dict): every result names its slot."""
+
+    slot: str
+    device: str
+    gpu: str | None
+    host: str
+    gpu_name: str | None
+
+
 class RunStarted(RunIdentity, total=False):
     resumed: bool
+    workers: int
+    """Evaluation slots the run started with (--workers); absent in journals from before the fleet."""
+    cluster: str
+    """'local' or 'ray' (--cluster)."""
+    branches: int
+    """Conversations run from the goal at once (--branches); absent means 1."""
+    slots: list[SlotData]
+    """Every slot of the run's pool, in the pool's order."""
+    reference: str
+    """The slot that confirms a new best (candidate and baseline timed on one GPU in one run)."""
 
 
 class RunPaused(TypedDict):
@@ -153,6 +173,8 @@ class RunStopped(TypedDict):
 class LlmRequest(TypedDict, total=False):
     """One request: only the user message(s) it adds (the delta); the rest of the context is the fold before it."""
 
+    branch: int
+    """The conversation it belongs to (run --branches); absent means 0, the only one before branches existed."""
     turn: int
     model: str
     max_tokens: int
@@ -164,6 +186,7 @@ class LlmRequest(TypedDict, total=False):
 
 
 LlmResponse = TypedDict("LlmResponse", {
+    "branch": int,
     "ok": bool,
     "turn": int,
     "try": int,
@@ -196,6 +219,8 @@ class ToolEvent(TypedDict, total=False):
     tool: str
     ref: str
     """The backend's own id for the call (an LLM's tool_use id)."""
+    branch: int
+    """The conversation that made the call (absent: 0, or the person's own command)."""
 
 
 class ToolCalled(ToolEvent, total=False):
@@ -231,6 +256,54 @@ class HeldoutSummary(TypedDict, total=False):
     speedup: float | None
 
 
+class EvalQueued(TypedDict, total=False):
+    """An evaluation handed to the run's pool (journaled before the pool sees it)."""
+
+    job: str
+    """Unique within the session ('j00012'); eval.started, eval.finished and eval.failed name it."""
+    attempt: int
+    kind: Literal["heldout", "profile", "candidate"]
+    """What it is for, which sets its priority: the held-out check (and confirmation) of a new best first."""
+    heldout: bool
+    slot: str
+    """Pinned to this slot (the reference slot that confirms a new best); absent: any slot."""
+    branch: int
+    """The conversation whose call queued it (its results reach that conversation); absent: none."""
+    call: str
+    """The tool call that queued it."""
+    requeue_of: str
+    """On resume: the job the crash (or stop) interrupted, which this one replaces."""
+
+
+class EvalStarted(TypedDict, total=False):
+    """A slot took the job."""
+
+    job: str
+    attempt: int
+    slot: SlotData
+
+
+class EvalRequeued(TypedDict, total=False):
+    """The slot's trusted side failed on the job (a GPU or service fault, a lost Ray actor): it left that slot and
+    waits for another (its eval.started has no end of its own; the job's next eval.started or its end follows)."""
+
+    job: str
+    attempt: int
+    slot: SlotData
+    """The slot it left."""
+    message: str
+
+
+class EvalFailed(TypedDict, total=False):
+    """The job ended without a result: the trusted side failed on it twice, or it was cancelled."""
+
+    job: str
+    attempt: int
+    message: str
+    cancelled: bool
+    slot: SlotData
+
+
 class EvalFinished(TypedDict, total=False):
     """An evaluation of one attempt; with check 'heldout', the gate of a new best (public part of its result)."""
 
@@ -239,6 +312,24 @@ class EvalFinished(TypedDict, total=False):
     check: Literal["heldout"]
     heldout: HeldoutSummary
     observed: dict[str, Any]
+    job: str
+    """The pool job that produced it (absent in journals from before the fleet)."""
+    slot: SlotData
+    """Where it was measured."""
+    pending: bool
+    """A candidate result that would be a new best: it stands only once the held-out check on the reference slot
+    (the eval.finished with check 'heldout' that follows) confirms it."""
+
+
+class FleetSlot(TypedDict, total=False):
+    """A slot's state changed: faulted (its service replaced), retired, skipped (a GPU busy with someone else's
+    job); or the reference moved to another slot."""
+
+    slot: SlotData
+    state: Literal["idle", "busy", "faulted", "retired", "skipped"]
+    message: str
+    reference: str
+    """Set when this change moved the reference slot: the new one."""
 
 
 class ProfileFinished(TypedDict, total=False):
@@ -265,6 +356,8 @@ class LedgerUpdated(TypedDict):
 
 
 class MemoryCompacted(TypedDict, total=False):
+    branch: int
+    """The conversation whose window this compacts (absent: 0)."""
     number: int
     kind: Literal["messages", "tools"]
     replaced: list[int]
@@ -304,9 +397,10 @@ class ErrorRaised(TypedDict):
 
 
 EventType = Literal["session.created", "goal.set", "run.started", "run.paused", "run.resumed", "run.stopped",
-                    "llm.request", "llm.response", "tool.call", "tool.result", "attempt.written", "eval.finished",
-                    "profile.finished", "ledger.updated", "memory.compacted", "nudge.received", "nudge.acked",
-                    "checkpoint.written", "error"]
+                    "llm.request", "llm.response", "tool.call", "tool.result", "attempt.written", "eval.queued",
+                    "eval.started", "eval.requeued", "eval.finished", "eval.failed", "fleet.slot", "profile.finished",
+                    "ledger.updated", "memory.compacted", "nudge.received", "nudge.acked", "checkpoint.written",
+                    "error"]
 
 EVENT_DATA: dict[str, type] = {
     "session.created": SessionCreated,
@@ -320,7 +414,12 @@ EVENT_DATA: dict[str, type] = {
     "tool.call": ToolCalled,
     "tool.result": ToolResult,
     "attempt.written": AttemptWritten,
+    "eval.queued": EvalQueued,
+    "eval.started": EvalStarted,
+    "eval.requeued": EvalRequeued,
     "eval.finished": EvalFinished,
+    "eval.failed": EvalFailed,
+    "fleet.slot": FleetSlot,
     "profile.finished": ProfileFinished,
     "ledger.updated": LedgerUpdated,
     "memory.compacted": MemoryCompacted,

@@ -36,6 +36,17 @@ class Attempt:
     shapes: list[dict[str, Any]] = field(default_factory=list)
     written_seq: int = 0
     eval_seq: int | None = None
+    slot: str = ""
+    """The slot the standing result was measured on ('' in journals from before the fleet)."""
+    confirming: bool = False
+    """Its candidate result would be a new best, and the held-out check on the reference slot has not come back
+    yet: it is not the best until it has."""
+    confirmed: bool | None = None
+    """Whether its result passed the held-out check on the reference slot; False until then for results from the
+    evaluation pool, which can be the best only once confirmed. None: journals from before the pool, whose best
+    stood as it was judged (and was demoted by a failed check)."""
+    eval_error: str = ""
+    """Why its latest evaluation produced no result (the trusted side failed twice, or it was cancelled)."""
 
 
 @dataclass
@@ -71,7 +82,25 @@ class SessionState:
     """Every nudge received, with 'acked' and 'active' flags."""
     ledger: list[dict[str, Any]] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)
-    """The latest compaction summary (memory.compacted data)."""
+    """The latest compaction summary of any branch (memory.compacted data)."""
+    memories: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The latest compaction of each branch, by branch number as text (TOML keys are strings)."""
+    branches: int = 1
+    """Conversations the latest run drives from the goal (run --branches)."""
+    workers: int = 0
+    """Evaluation slots of the latest run (0 before the fleet recorded them)."""
+    cluster: str = ""
+    """How the latest run's slots were made: 'local' or 'ray' ('' before the fleet recorded it)."""
+    reference: str = ""
+    """The slot that confirms a new best."""
+    slots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every slot of the latest run by name: its SlotData plus 'state', 'job', 'attempt', 'evaluations' and
+    'faults' (a fleet view of the journal)."""
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Evaluations queued or running (eval.queued data, plus 'seq' and 'slot' once started), by job id: on resume
+    these were interrupted."""
+    jobs_queued: int = 0
+    """eval.queued events so far: job ids are never reused."""
     profile: dict[str, Any] = field(default_factory=dict)
     """The latest profile.finished data."""
     errors: list[str] = field(default_factory=list)
@@ -125,6 +154,8 @@ class SessionState:
     def from_dict(cls, data: Mapping[str, Any]) -> "SessionState":
         """Rebuild from to_dict() output."""
         data = dict(data)
+        if "memories" not in data and data.get("memory"):
+            data["memories"] = {"0": data["memory"]}  # a checkpoint from before branches: its one window is 0's
         attempts = {int(k): Attempt(**v) for k, v in data.pop("attempts", {}).items()}
         known = {f for f in cls.__dataclass_fields__}
         state = cls(**{k: v for k, v in data.items() if k in known})
@@ -133,7 +164,7 @@ class SessionState:
 
 
 def _better(candidate: Attempt, incumbent: Attempt | None) -> bool:
-    if candidate.verdict != "ok" or candidate.speedup is None:
+    if candidate.verdict != "ok" or candidate.speedup is None or candidate.confirmed is False:
         return False
     if incumbent is None or incumbent.speedup is None:
         return True
@@ -194,6 +225,13 @@ def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) ->
         state.model = data["model"]
     if "endpoint" in data:
         state.endpoint = dict(data["endpoint"])
+    state.branches = int(data.get("branches", 1))
+    if "slots" in data:
+        state.workers = int(data.get("workers", len(data["slots"])))
+        state.cluster = data.get("cluster", "local")
+        state.reference = data.get("reference", "")
+        state.slots = {s["slot"]: {**s, "state": "idle", "job": "", "attempt": None, "evaluations": 0, "faults": []}
+                       for s in data["slots"]}
 
 
 @_on("run.paused")
@@ -205,6 +243,8 @@ def _run_paused(state: SessionState, data: ev.RunPaused, seq: int, ts: str) -> N
 @_on("run.stopped")
 def _run_stopped(state: SessionState, data: ev.RunStopped, seq: int, ts: str) -> None:
     _close_interval(state, ts)
+    for slot in state.slots.values():  # the pool is gone; open jobs stay open until a resume re-queues them
+        slot.update(job="", attempt=None, state="idle" if slot.get("state") == "busy" else slot.get("state"))
     state.status = "finished" if data.get("final") else "stopped"
     state.stop_reason = data.get("reason", "")
 
@@ -219,6 +259,8 @@ def _run_resumed(state: SessionState, data: ev.RunResumed, seq: int, ts: str) ->
 def _tool_call(state: SessionState, data: ev.ToolCalled, seq: int, ts: str) -> None:
     state.tool_calls += 1
     state.in_flight[data["call_id"]] = {"tool": data["tool"], "args": data.get("args", {}), "seq": seq}
+    if "branch" in data:
+        state.in_flight[data["call_id"]]["branch"] = data["branch"]
 
 
 @_on("tool.result")
@@ -236,6 +278,7 @@ def _attempt_written(state: SessionState, data: ev.AttemptWritten, seq: int, ts:
 
 @_on("eval.finished")
 def _eval_finished(state: SessionState, data: ev.EvalFinished, seq: int, ts: str) -> None:
+    _job_done(state, data)
     attempt = state.attempts.get(data["attempt"])
     if attempt is None:
         return
@@ -248,12 +291,83 @@ def _eval_finished(state: SessionState, data: ev.EvalFinished, seq: int, ts: str
     times = [s["ms"] for s in attempt.shapes if s.get("ms") is not None]
     attempt.ms = sum(times) if times else None
     attempt.eval_seq = seq
-    if state.best == attempt.n and attempt.verdict != "ok":
-        state.best = None  # a re-evaluation can demote the best; recompute below
+    attempt.eval_error = ""
+    heldout = data.get("check") == "heldout"
+    attempt.confirming = bool(data.get("pending")) and not heldout
+    if "job" in data:
+        attempt.confirmed = bool((data.get("heldout") or {}).get("passed")) if heldout else False
+    else:
+        attempt.confirmed = None
+    if "slot" in data:
+        attempt.slot = data["slot"].get("slot", "")
+    if state.best == attempt.n:
+        state.best = None  # a re-evaluation (or the confirmation on the reference slot) can demote it
     if state.best is None:
         state.best = _recompute_best(state)
     elif _better(attempt, state.best_attempt):
         state.best = attempt.n
+
+
+def _job_done(state: SessionState, data: ev.EvalFinished | ev.EvalFailed) -> None:
+    """A job ended: it leaves the open jobs, and its slot is free again."""
+    job = state.jobs.pop(data.get("job", ""), None)
+    where = (data.get("slot") or {}).get("slot") or (job or {}).get("slot_taken", "")
+    slot = state.slots.get(where)
+    if slot is not None and slot.get("job") == data.get("job"):
+        slot.update(job="", attempt=None, state="idle" if slot.get("state") == "busy" else slot.get("state"))
+        slot["evaluations"] = int(slot.get("evaluations", 0)) + 1
+
+
+@_on("eval.queued")
+def _eval_queued(state: SessionState, data: ev.EvalQueued, seq: int, ts: str) -> None:
+    state.jobs_queued += 1
+    state.jobs.pop(data.get("requeue_of", ""), None)
+    state.jobs[data["job"]] = {**data, "seq": seq}
+
+
+@_on("eval.started")
+def _eval_started(state: SessionState, data: ev.EvalStarted, seq: int, ts: str) -> None:
+    info = dict(data.get("slot") or {})
+    name = info.get("slot", "")
+    job = state.jobs.get(data["job"])
+    if job is not None:
+        job["slot_taken"] = name
+    slot = state.slots.setdefault(name, {**info, "state": "idle", "evaluations": 0, "faults": []})
+    slot.update(state="busy", job=data["job"], attempt=data.get("attempt"))
+
+
+@_on("eval.requeued")
+def _eval_requeued(state: SessionState, data: ev.EvalRequeued, seq: int, ts: str) -> None:
+    job = state.jobs.get(data.get("job", ""))
+    if job is not None:
+        job.pop("slot_taken", None)
+    slot = state.slots.get((data.get("slot") or {}).get("slot", ""))
+    if slot is not None and slot.get("job") == data.get("job"):
+        slot.update(job="", attempt=None, state="idle" if slot.get("state") == "busy" else slot.get("state"))
+
+
+@_on("eval.failed")
+def _eval_failed(state: SessionState, data: ev.EvalFailed, seq: int, ts: str) -> None:
+    kind = state.jobs.get(data.get("job", ""), {}).get("kind", "candidate")
+    _job_done(state, data)
+    attempt = state.attempts.get(data.get("attempt", 0))
+    if attempt is None:
+        return
+    if kind == "heldout":
+        attempt.confirming = False  # dropped or failed: the attempt stays unconfirmed, never the best
+    else:
+        attempt.eval_error = data.get("message", "") or "the evaluation produced no result"
+
+
+@_on("fleet.slot")
+def _fleet_slot(state: SessionState, data: ev.FleetSlot, seq: int, ts: str) -> None:
+    info = dict(data.get("slot") or {})
+    slot = state.slots.setdefault(info.get("slot", ""), {**info, "state": "idle", "evaluations": 0, "faults": []})
+    slot["state"] = data.get("state", slot.get("state", "idle"))
+    if data.get("message"):
+        slot["faults"] = [*slot.get("faults", []), data["message"]]
+    if data.get("reference"):
+        state.reference = data["reference"]
 
 
 @_on("profile.finished")
@@ -283,6 +397,7 @@ def _ledger_updated(state: SessionState, data: ev.LedgerUpdated, seq: int, ts: s
 @_on("memory.compacted")
 def _memory_compacted(state: SessionState, data: ev.MemoryCompacted, seq: int, ts: str) -> None:
     state.memory = dict(data)
+    state.memories[str(data.get("branch", 0))] = state.memory
 
 
 @_on("llm.response")

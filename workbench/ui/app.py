@@ -19,7 +19,8 @@ from workbench.config import Settings
 from workbench.session.state import SessionState, apply
 from workbench.ui.bridge import UiBridge
 from workbench.ui.launch import Launch
-from workbench.ui.messages import JournalEvent, Notice, Question, RunFinished
+from workbench.agent.sink import FleetView
+from workbench.ui.messages import FleetChanged, JournalEvent, Notice, Question, RunFinished
 from workbench.ui.screens.error import ErrorScreen
 from workbench.ui.screens.help import HelpScreen
 from workbench.ui.screens.live import LiveScreen
@@ -37,7 +38,7 @@ class WorkbenchApp(App[str]):
     read-only: the session list, then one session's timeline, diffs, plots and ledger at any step).
 
     Threading contract: the agent and the journal follower run in thread workers that only post messages
-    (JournalEvent, RunFinished, Notice, Question). Handlers here, on the UI thread, own `state` and `pending`;
+    (JournalEvent, FleetChanged, RunFinished, Notice, Question). Handlers here, on the UI thread, own `state` and `pending`;
     the live screen drains `pending` on its flush tick.
     """
 
@@ -87,6 +88,10 @@ class WorkbenchApp(App[str]):
         if isinstance(state.profile.get("attempt"), int):
             self.profiled = state.profile["attempt"]
             self.profiles[self.profiled] = state.profile
+        self.fleet: FleetView | None = None
+        """The runtime's latest view of its evaluation slots (phases, queue); None until one arrives."""
+        self.fleet_seen = 0
+        """Fleet views received so far (the live screen's flush redraws the fleet pane when this moves)."""
         self.stopping = False
         """q was pressed and the agent has been told to stop; the app exits when its thread returns."""
         self.run_over = launch.runtime is None and launch.follow_path is None
@@ -238,6 +243,10 @@ class WorkbenchApp(App[str]):
         if record["type"] in ("run.paused", "run.resumed"):
             self.pause_target = None
             self.refresh_bindings()
+
+    def on_fleet_changed(self, message: FleetChanged) -> None:
+        self.fleet = message.view
+        self.fleet_seen += 1
 
     def on_run_finished(self, message: RunFinished) -> None:
         self.run_over = True

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Callable
 
 from textual.message import Message
 
-from workbench.ui.messages import JournalEvent, Notice, Question
+from workbench.ui.messages import FleetChanged, JournalEvent, Notice, Question
 
 if TYPE_CHECKING:
+    from workbench.agent.sink import FleetView
     from workbench.journal import Event
 
 
@@ -30,6 +31,10 @@ class UiBridge:
     def notify(self, text: str, severity: str = "information") -> None:
         """Forward a transient notice."""
         self._post(Notice(text, severity))
+
+    def fleet(self, view: "FleetView") -> None:
+        """Forward the slots' state (collapsed with older views still queued)."""
+        self._post(FleetChanged(view))
 
     def ask(self, question: str) -> "Future[str]":
         """Post the question and hand back the future the UI will resolve (or cancel, if the person declines)."""

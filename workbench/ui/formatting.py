@@ -208,7 +208,11 @@ def _goal_set(data: ev.GoalSet) -> str:
 @_says("run.started")
 def _run_started(data: ev.RunStarted) -> str:
     how = "resumed" if data.get("resumed") else "started"
-    return f"run {how} · {data.get('agent', '?')} · budget {budget(data.get('budget') or {})}"
+    slots = data.get("slots")
+    fleet = f" · {len(slots)} slot{'s' if len(slots) != 1 else ''}" if slots else ""
+    fleet += f" on {data['cluster']}" if slots and data.get("cluster") == "ray" else ""
+    branches = f" · {data['branches']} branches" if data.get("branches", 1) > 1 else ""
+    return f"run {how} · {data.get('agent', '?')}{fleet}{branches} · budget {budget(data.get('budget') or {})}"
 
 
 @_says("run.stopped")
@@ -242,7 +246,47 @@ def _attempt_written(data: ev.AttemptWritten) -> str:
 
 @_says("eval.finished")
 def _eval_finished(data: ev.EvalFinished) -> str:
-    return _result_line(data.get("attempt", "?"), data.get("result") or {})
+    line = _result_line(data.get("attempt", "?"), data.get("result") or {})
+    if data.get("check") == "heldout" and "job" in data:
+        passed = (data.get("heldout") or {}).get("passed")
+        line = f"held-out check {'passed' if passed else 'FAILED'} · " + line
+    if "slot" in data:
+        line += f" · on {data['slot'].get('slot', '?')}"
+    if data.get("pending"):
+        line += " · best once confirmed"
+    return line
+
+
+@_says("eval.queued")
+def _eval_queued(data: ev.EvalQueued) -> str:
+    what = "held-out check of" if data.get("kind") == "heldout" else "evaluation of"
+    pinned = f" on {data['slot']}" if data.get("slot") else ""
+    again = f" (again: {data['requeue_of']} was interrupted)" if data.get("requeue_of") else ""
+    return f"{data.get('job', '?')} {what} attempt {data.get('attempt', '?')} queued{pinned}{again}"
+
+
+@_says("eval.started")
+def _eval_started(data: ev.EvalStarted) -> str:
+    return f"{data.get('job', '?')} attempt {data.get('attempt', '?')} on {(data.get('slot') or {}).get('slot', '?')}"
+
+
+@_says("eval.requeued")
+def _eval_requeued(data: ev.EvalRequeued) -> str:
+    return (f"{data.get('job', '?')} attempt {data.get('attempt', '?')} left "
+            f"{(data.get('slot') or {}).get('slot', '?')} for another slot: {data.get('message', '')}")
+
+
+@_says("eval.failed")
+def _eval_failed(data: ev.EvalFailed) -> str:
+    how = "cancelled" if data.get("cancelled") else "FAILED"
+    return f"{data.get('job', '?')} attempt {data.get('attempt', '?')} {how}: {data.get('message', '')}"
+
+
+@_says("fleet.slot")
+def _fleet_slot(data: ev.FleetSlot) -> str:
+    moved = f" · reference now {data['reference']}" if data.get("reference") else ""
+    message = f": {data['message']}" if data.get("message") else ""
+    return f"{(data.get('slot') or {}).get('slot', '?')} {data.get('state', '?')}{message}{moved}"
 
 
 @_says("profile.finished")
@@ -325,7 +369,8 @@ def event_line(event: Mapping[str, Any]) -> str:
 
 EVENT_FILTERS: tuple[tuple[str, str, frozenset[str] | None], ...] = (
     ("all", "all", None),
-    ("attempts", "attempts + evals", frozenset({"attempt.written", "eval.finished", "profile.finished",
+    ("attempts", "attempts + evals", frozenset({"attempt.written", "eval.queued", "eval.started", "eval.requeued",
+                                                 "eval.finished", "eval.failed", "fleet.slot", "profile.finished",
                                                  "ledger.updated"})),
     ("tools", "tools", frozenset({"tool.call", "tool.result"})),
     ("nudges", "nudges + errors", frozenset({"nudge.received", "nudge.acked", "error", "run.paused",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from workbench.agent.sink import FleetView
     from workbench.journal import Event
 
 
@@ -47,3 +48,14 @@ class Question(Message):
     text: str
     future: "Future[str]"
     """Resolved on the UI thread; the runtime polls it in short slices so it still sees stop."""
+
+
+@dataclass
+class FleetChanged(Message):
+    """The run's evaluation slots as they are now (phases, the queue): not journaled, so only the newest matters."""
+
+    view: "FleetView"
+
+    def can_replace(self, message: Message) -> bool:
+        """A newer view replaces an older one still queued."""
+        return isinstance(message, FleetChanged)

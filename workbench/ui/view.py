@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Protocol
 
+from workbench.agent.sink import FleetView
 from workbench.config import Settings
 from workbench.session.state import SessionState
 from workbench.ui.launch import Launch
@@ -24,6 +25,10 @@ class SessionView(Protocol):
     """The newest events (what the event list is drawn from)."""
     launch: Launch
     """What the TUI does (the review folder and the session to open first, in review mode)."""
+    fleet: FleetView | None
+    """The runtime's latest view of its evaluation slots (a TUI that runs the agent), else None."""
+    fleet_seen: int
+    """Fleet views received so far: the live screen redraws the fleet pane when it moves."""
 
     @property
     def mode(self) -> str:

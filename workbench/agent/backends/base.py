@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, TypeVar
 
 from workbench.agent.memory import DEFAULT_CONTEXT_TOKENS, estimate_tokens
 from workbench.agent.prompts import goal_text
@@ -41,6 +42,17 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """Nothing to do until something in flight comes back (an evaluation, a model reply, a retry's wait): the
+    runtime journals what arrives meanwhile and asks again. `reason` says which (for tests and debugging)."""
+
+    reason: str
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
 class BackendContext:
     """What the runtime gives a backend for one run, and nothing more (a backend never sees the runtime)."""
 
@@ -59,6 +71,25 @@ class BackendContext:
     """The run's limits (read only)."""
     context_limit: int
     """The compaction budget in force: the run's --context-budget, else the backend's own."""
+    offload: Callable[[Callable[[], Any]], "Future[Any]"] = lambda fn: _done(fn)
+    """Run a blocking call (a model request) off the journal thread; its Future resolves there. The backend
+    journals what comes of it from next_action, on the runtime's thread, so branches never wait on each other."""
+    workers: int = 1
+    """Evaluation slots that take candidates: how many evaluations it pays to keep in flight."""
+    branch: int = 0
+    """Which of the run's conversations this backend is (run --branches)."""
+    branches: int = 1
+    """How many conversations the run drives from the goal."""
+
+
+def _done(fn: Callable[[], T]) -> "Future[T]":
+    """A Future of fn() run here and now (a context without a runtime: tests, scripts)."""
+    future: Future[T] = Future()
+    try:
+        future.set_result(fn())
+    except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the future, as a thread would
+        future.set_exception(exc)
+    return future
 
 
 class Backend(Protocol):
@@ -84,8 +115,9 @@ class Backend(Protocol):
         """Estimated tokens of what every request carries outside the window (for the compaction budget)."""
         ...
 
-    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | None:
-        """Choose the next step; None means nothing this step (a retry wait cut short by a stop)."""
+    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | Wait | None:
+        """Choose the next step without blocking: a tool call, a finish, or Wait while something is in flight;
+        None means nothing this step."""
         ...
 
     def acknowledge(self, nudge: NudgeReceived, state: SessionState, task: Task) -> str:
@@ -108,15 +140,18 @@ class StepBackend:
     def __init__(self, seed_source: str) -> None:
         self.seed_source = seed_source
         """The kernel the session starts from (the task's seed.py unless the person chose another)."""
+        self.workers = 1
+        """Evaluation slots of the run (from the context): how many evaluations to keep in flight."""
 
     def bind(self, ctx: BackendContext) -> None:
-        """Nothing to keep: every decision is made from the state."""
+        """Keep the run's slot count; every decision is made from the state."""
+        self.workers = ctx.workers
 
     def context_overhead(self, state: SessionState) -> int:
         """The goal contract, which a model reading this window would also be shown."""
         return estimate_tokens(goal_text(state.goal))
 
-    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | None:
+    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | Wait | None:
         """Choose the next step."""
         raise NotImplementedError
 

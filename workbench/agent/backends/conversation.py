@@ -8,8 +8,12 @@ credentials) is the Transport's.
 
 Retries are ours, not an SDK's: each failed try is journaled as an llm.response with ok: false, its error and the
 wait chosen; a retry-after from the server is honoured (up to a cap), otherwise the wait backs off exponentially
-with jitter. The wait is cooperative: a stop ends it at once and the journaled request is simply sent again on
-resume. A prompt the model finds too long is compacted harder and sent once more.
+with jitter. A prompt the model finds too long is compacted harder and sent once more.
+
+Nothing here blocks the runtime's thread: the request is sent through `BackendContext.offload` and next_action
+returns Wait until the reply (or the retry's wait) is over, then journals it. A stop ends the wait at once, and the
+journaled request is simply sent again on resume. Evaluation results the model's evaluate calls left running reach
+it as text in its next request, when they come in (SessionMemory.arrived).
 """
 
 from __future__ import annotations
@@ -17,22 +21,24 @@ from __future__ import annotations
 import json
 import random
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 
-from workbench.agent.backends.base import BackendContext, Finish, ToolCall
+from workbench.agent.backends.base import BackendContext, Finish, ToolCall, Wait
 from workbench.agent.backends.transport import BackendError, Transport, TransportError
 from workbench.agent.context import build_prompt
 from workbench.agent.memory import SessionMemory, estimate_tokens
 from workbench.agent.prompts import (
     PROMPTS_VERSION,
     SILENT_TEXT,
+    branch_text,
     intro_text,
     nudge_message,
     revoke_message,
     state_block,
     system_prompt,
 )
-from workbench.agent.tools import render_result, specs
+from workbench.agent.tools import arrival_text, render_result, specs
 from workbench.journal.events import Block, Endpoint, LlmRequest, Message, NudgeReceived
 from workbench.session.revisions import sha256_text
 from workbench.session.state import SessionState
@@ -90,6 +96,18 @@ class ConversationBackend:
         """Default compaction budget (a run's --context-budget overrides it)."""
         self._ctx: BackendContext | None = None
         self._overhead: tuple[str, int] | None = None
+        self._call: "Future[Reply] | None" = None
+        """The request in flight (sent off the runtime's thread)."""
+        self._sent = 0.0
+        """When it was sent (time.monotonic)."""
+        self._tries = 0
+        """Tries of the journaled request so far."""
+        self._retry_at: float | None = None
+        """After a failed try: when to send it again."""
+        self._shrunk = False
+        """The request was already compacted harder after a context-length error."""
+        self._body: dict | None = None
+        """The request body being sent (rebuilt after a compaction)."""
 
     # -- runtime hooks -------------------------------------------------------------------------
     def bind(self, ctx: BackendContext) -> None:
@@ -118,8 +136,10 @@ class ConversationBackend:
         return f"{self.name}: queued for the model's next turn{scope}"
 
     # -- the step ------------------------------------------------------------------------------
-    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | None:
-        """The next tool call of the latest reply; when all have run, a new request (journaled) and its reply."""
+    def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | Wait | None:
+        """The next tool call of the latest reply; when all have run, a new request (journaled) and, once its reply
+        is in, the reply's first call; Wait while the reply (or a retry's wait) is pending, or while the model has nothing
+        to act on but evaluations in flight."""
         memory = self.ctx.memory
         for _ in range(MAX_SILENT_TURNS + 1):
             if not memory.pending:
@@ -129,12 +149,19 @@ class ConversationBackend:
                 finished = self._finished(memory)
                 if finished is not None:
                     return finished
-                if memory.silent >= MAX_SILENT_TURNS:
+                waiting = self._evaluating(state)
+                if not memory.tool_uses() and memory.response is not None and waiting and not memory.arrived:
+                    return Wait("evaluations in flight")  # a reply that waits for results costs nothing until one comes
+                if memory.silent >= MAX_SILENT_TURNS and not waiting:
                     return Finish(f"the model replied {memory.silent} times in a row without calling a tool")
                 self._request(state, memory)
             if not self._exchange(state, memory):
-                return None
+                return Wait("the model's reply")
         return None
+
+    def _evaluating(self, state: SessionState) -> bool:
+        """Whether evaluations this branch's calls queued are still running."""
+        return any(job.get("call") and job.get("branch", 0) == self.ctx.branch for job in state.jobs.values())
 
     @staticmethod
     def _next_call(memory: SessionMemory) -> ToolCall | None:
@@ -159,12 +186,13 @@ class ConversationBackend:
                 return Finish(f"the model finished: {block['input'].get('reason', '')}".strip())
         return None
 
-    @staticmethod
-    def _delta(state: SessionState, memory: SessionMemory) -> list[Message]:
+    def _delta(self, state: SessionState, memory: SessionMemory) -> list[Message]:
         """The user message this request adds: tool results, the person's new words, the state block."""
         blocks: list[Block] = []
         if memory.response is None:
             blocks.append({"type": "text", "text": intro_text()})
+            if self.ctx.branches > 1:
+                blocks.append({"type": "text", "text": branch_text(self.ctx.branch, self.ctx.branches)})
         for block in memory.tool_uses():
             call = memory.calls.get(block["id"])
             content, is_error = render_result(call["call"] if call else {"tool": block["name"]},
@@ -173,6 +201,7 @@ class ConversationBackend:
             if is_error:
                 result["is_error"] = True  # type: ignore[typeddict-unknown-key]
             blocks.append(result)
+        blocks.extend({"type": "text", "text": arrival_text(state, n)} for n in memory.arrived)
         if memory.response is not None and not memory.tool_uses():
             blocks.append({"type": "text", "text": SILENT_TEXT})
         for nudge in state.nudges:
@@ -204,42 +233,59 @@ class ConversationBackend:
 
     # -- one exchange with the API ---------------------------------------------------------------
     def _exchange(self, state: SessionState, memory: SessionMemory) -> bool:
-        """Send the journaled request until a reply is journaled; False when a stop cut a retry wait short."""
-        body = self.transport.request_body(build_prompt(memory, state), model=self.model, max_tokens=self.max_tokens)
-        shrunk = False
-        for attempt in range(1, self.retry.max_retries + 2):
-            started = time.monotonic()
-            try:
-                reply = self.transport.send(body)
-            except TransportError as exc:
-                if exc.kind == "fatal":
-                    raise BackendError(str(exc)) from None
-                if exc.kind == "context_length":
-                    if shrunk or not self._shrink(state, memory, str(exc), attempt, exc.status):
-                        raise BackendError(f"model API: the prompt is too long even after a compaction: {exc}") from None
-                    shrunk = True
-                    body = self.transport.request_body(build_prompt(memory, state), model=self.model,
-                                                       max_tokens=self.max_tokens)
-                    continue
-                if attempt > self.retry.max_retries:
-                    raise BackendError(f"model API still failing after {attempt} tries: {exc}") from None
-                wait = self.retry.wait(attempt, exc.retry_after)
-                self.ctx.emit("llm.response", {
-                    "ok": False, "turn": memory.turn, "try": attempt, "error": str(exc), "status": exc.status,
-                    "retry_in": round(wait, 3), "retry_after": exc.retry_after is not None,
-                })
-                self.ctx.notify(f"model API: {exc}; retry {attempt} in {wait:.1f} s", "warning")
-                if self.ctx.wait(wait):
-                    return False
-                continue
-            cost, known = self.transport.cost(self.model, reply.usage)
+        """Move the journaled request on: send it (off this thread), or journal its reply or its failed try.
+
+        Returns:
+            True when a reply is journaled, False while one is awaited (in flight, or a retry's wait).
+        """
+        if self._call is None:
+            if self._retry_at is not None and time.monotonic() < self._retry_at:
+                return False  # the runtime's loop waits (and sees a stop) meanwhile
+            if self._body is None:
+                self._body = self.transport.request_body(build_prompt(memory, state), model=self.model,
+                                                         max_tokens=self.max_tokens)
+            body, send = self._body, self.transport.send
+            self._tries, self._retry_at, self._sent = self._tries + 1, None, time.monotonic()
+            self._call = self.ctx.offload(lambda: send(body))
+        if not self._call.done():
+            return False
+        call, self._call = self._call, None
+        attempt = self._tries
+        try:
+            reply = call.result()
+        except TransportError as exc:
+            if exc.kind == "fatal":
+                self._reset()
+                raise BackendError(str(exc)) from None
+            if exc.kind == "context_length":
+                if self._shrunk or not self._shrink(state, memory, str(exc), attempt, exc.status):
+                    self._reset()
+                    raise BackendError(f"model API: the prompt is too long even after a compaction: {exc}") from None
+                self._shrunk, self._body = True, None
+                return False
+            if attempt > self.retry.max_retries:
+                self._reset()
+                raise BackendError(f"model API still failing after {attempt} tries: {exc}") from None
+            wait = self.retry.wait(attempt, exc.retry_after)
             self.ctx.emit("llm.response", {
-                "ok": True, "turn": memory.turn, "try": attempt, "content": reply.content,
-                "stop_reason": reply.stop_reason, "id": reply.id, "model": reply.model, **reply.usage,
-                "cost_usd": cost, "priced": known, "ms": round((time.monotonic() - started) * 1000, 1),
+                "ok": False, "turn": memory.turn, "try": attempt, "error": str(exc), "status": exc.status,
+                "retry_in": round(wait, 3), "retry_after": exc.retry_after is not None,
             })
-            return True
-        return False
+            self.ctx.notify(f"model API: {exc}; retry {attempt} in {wait:.1f} s", "warning")
+            self._retry_at = time.monotonic() + wait
+            return False
+        cost, known = self.transport.cost(self.model, reply.usage)
+        self.ctx.emit("llm.response", {
+            "ok": True, "turn": memory.turn, "try": attempt, "content": reply.content,
+            "stop_reason": reply.stop_reason, "id": reply.id, "model": reply.model, **reply.usage,
+            "cost_usd": cost, "priced": known, "ms": round((time.monotonic() - self._sent) * 1000, 1),
+        })
+        self._reset()
+        return True
+
+    def _reset(self) -> None:
+        """The request is answered (or given up): the next one starts from its first try."""
+        self._call, self._tries, self._retry_at, self._shrunk, self._body = None, 0, None, False, None
 
     def _shrink(self, state: SessionState, memory: SessionMemory, error: str, attempt: int, status: int) -> bool:
         """After a context-length error: journal the failed try, compact the window to SHRINK of what was sent."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from workbench.agent.tools.base import (
+    Deferred,
     Tool,
     ToolContext,
     ToolError,
@@ -25,7 +26,7 @@ from workbench.agent.tools.reading import (
     ShowBest,
     confined_path,
 )
-from workbench.agent.tools.writing import EditKernel, Evaluate, WriteKernel
+from workbench.agent.tools.writing import EditKernel, Evaluate, WriteKernel, arrival_text, link_evidence
 from workbench.journal.events import Block
 from workbench.session.state import SessionState
 
@@ -36,9 +37,9 @@ TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
 """Every tool by name, in the order a model is shown them."""
 
 
-def specs() -> list[ToolSpec]:
-    """The tools as a model API is shown them, in a fixed order."""
-    return [tool.spec() for tool in TOOLS.values()]
+def specs(version: int | None = None) -> list[ToolSpec]:
+    """The tools as a model API is shown them, in a fixed order (as of prompts `version`; None: the current)."""
+    return [tool.spec(version) for tool in TOOLS.values()]
 
 
 def render_result(call: Mapping[str, Any], result: Mapping[str, Any] | None, state: SessionState
@@ -62,5 +63,5 @@ def render_result(call: Mapping[str, Any], result: Mapping[str, Any] | None, sta
     return tool.render(result.get("data") or {}, summary, state), False
 
 
-__all__ = ["HELDOUT_DIR", "TOOLS", "Tool", "ToolContext", "ToolError", "ToolOutcome", "ToolSpec", "check_args",
+__all__ = ["HELDOUT_DIR", "TOOLS", "Deferred", "Tool", "arrival_text", "link_evidence", "ToolContext", "ToolError", "ToolOutcome", "ToolSpec", "check_args",
            "confined_path", "render_result", "specs"]

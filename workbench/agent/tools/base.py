@@ -42,6 +42,16 @@ class ToolOutcome:
 
 
 @dataclass(frozen=True)
+class Deferred:
+    """A call whose result waits for evaluations in flight: the runtime journals its tool.result once `ready()`
+    holds, with `finish()`'s outcome, and meanwhile runs other work (other branches, other tool calls). A crash
+    before then leaves the call open, and a resume closes it as aborted like any interrupted call."""
+
+    ready: Callable[[], bool]
+    finish: Callable[[], ToolOutcome]
+
+
+@dataclass(frozen=True)
 class ToolSpec:
     """A tool as a model API is shown it; each transport maps it onto its own request format."""
 
@@ -68,8 +78,11 @@ class ToolContext:
     """Journal an event (ledger.updated, profile.finished) and fold it into the state."""
     write_attempt: Callable[..., int]
     """write_attempt(source, *, note, params, parent) -> the new attempt's number."""
-    evaluate: Callable[..., "Evaluated"]
-    """evaluate(n, *, force) -> the attempt's evaluation (from the journal when that source was evaluated)."""
+    evaluate: Callable[..., "Evaluated | None"]
+    """evaluate(n, *, force) -> the attempt's result from the journal (that source was evaluated before), or None
+    once it is queued (or already running) on the run's evaluation slots."""
+    final: Callable[[int], bool]
+    """Whether attempt n's result stands (judged, confirmed if it was a new best, nothing of it still running)."""
     attempt_path: Callable[[int], Path]
     """The kernel file of attempt n."""
     ask: Callable[[str], bool]
@@ -96,6 +109,9 @@ class Tool:
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]]
     """The argument schema, built with `arguments()`."""
+    added: ClassVar[dict[str, int]] = {}
+    """Arguments added after the first prompts version, with the version that added each: a request journaled
+    under an older version is rebuilt (show --prompt-at) with the schema the model was shown then."""
 
     def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
         """Do the call (arguments already checked against the schema)."""
@@ -105,9 +121,12 @@ class Tool:
         """A successful result as the model reads it, from its journaled data and the state as of the request."""
         return [text(summary or "ok")]
 
-    def spec(self) -> ToolSpec:
-        """The tool as a model API is shown it."""
-        return ToolSpec(self.name, self.description, self.parameters)
+    def spec(self, version: int | None = None) -> ToolSpec:
+        """The tool as a model API is shown it (as of prompts `version`; None: the current one)."""
+        if version is None or not self.added:
+            return ToolSpec(self.name, self.description, self.parameters)
+        props = {k: v for k, v in self.parameters["properties"].items() if self.added.get(k, 1) <= version}
+        return ToolSpec(self.name, self.description, {**self.parameters, "properties": props})
 
 
 # -- schemas ----------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from typing import Any, Mapping
 
 from workbench.agent import ledger as ledger_mod
 from workbench.agent.prompts import best_line, report_lines
-from workbench.agent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, arguments, prop, text
+from workbench.agent.evaluation import journaled_result
+from workbench.agent.tools.base import Deferred, Tool, ToolContext, ToolError, ToolOutcome, arguments, prop, text
 from workbench.evaluator.result import agent_report
 from workbench.journal.events import Block
 from workbench.session.revisions import changed, sha256_text
@@ -97,6 +98,10 @@ class EditKernel(_NewAttempt):
         return self.new_attempt(ctx, new, parent=base_n, note=args.get("note", ""), params=params)
 
 
+WAITS = ("first", "all", "none")
+"""How long an evaluate call waits: for its first result, for all of them, or not at all."""
+
+
 class Evaluate(Tool):
     name = "evaluate"
     description = ("Evaluate an attempt (default: the latest) in a fresh process: correctness on every shape, then "
@@ -109,36 +114,98 @@ class Evaluate(Tool):
         strategy=STRATEGY,
         params=prop("object", "Tunable values this version sets (for the record)."),
         parent=prop("integer", "With source: the attempt it derives from.", minimum=1),
+        attempts=prop("array", "Several attempts to evaluate at once (they run in parallel on the evaluation "
+                      "slots); instead of attempt.", items={"type": "integer", "minimum": 1}),
+        wait=prop("string", "first (default): return when the first result is in; the others arrive as messages "
+                  "in later turns as each finishes. all: return when every result is in. none: return at once; "
+                  "every result arrives as a message.", enum=list(WAITS)),
     )
+    added = {"attempts": 2, "wait": 2}
 
-    def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome | Deferred:
         force = bool(args.get("force"))
+        numbers = self._numbers(ctx, args)
+        for n in numbers:
+            warnings = ledger_mod.find_repeats(ctx.state, ctx.state.attempts[n])
+            if warnings and not force:
+                raise ToolError(f"evaluate: attempt {n} not evaluated: " + " / ".join(w["message"] for w in warnings)
+                                + ". If this try differs for a reason the ledger does not show, pass force=true.")
+        wait = args.get("wait", "first")
+        cached = {n: ev.cached_seq for n in numbers if (ev := ctx.evaluate(n, force=force)) is not None}
+        forced = {w["strategy"] for n in numbers for w in ledger_mod.find_repeats(ctx.state, ctx.state.attempts[n])}
+
+        def ready() -> bool:
+            done = [n for n in numbers if n in cached or ctx.final(n)]
+            return bool(done) if wait == "first" else len(done) == len(numbers)
+
+        def finish() -> ToolOutcome:
+            return self._outcome(ctx, numbers, cached, sorted(forced))
+
+        if wait == "none" or ready():
+            return finish()
+        return Deferred(ready, finish)
+
+    def _numbers(self, ctx: ToolContext, args: dict[str, Any]) -> list[int]:
+        """The attempts a call names: attempts=[...], a source (an earlier attempt with that text, else a new
+        one), attempt=n, or the latest."""
+        given = [k for k in ("attempts", "source", "attempt") if k in args]
+        if len(given) > 1:
+            raise ToolError(f"evaluate: pass one of attempts, source or attempt, not {' and '.join(given)}")
         if "source" in args:
-            n = self._attempt_of_source(ctx, args)
+            return [self._attempt_of_source(ctx, args)]
+        if "attempts" in args:
+            numbers = list(dict.fromkeys(args["attempts"]))
+            if not numbers:
+                raise ToolError("evaluate: attempts is empty")
         else:
-            n = args.get("attempt") or (ctx.state.current.n if ctx.state.current else None)
-            if n is None:
+            latest = args.get("attempt") or (ctx.state.current.n if ctx.state.current else None)
+            if latest is None:
                 raise ToolError("evaluate: nothing to evaluate yet; write_kernel or edit_kernel first")
+            numbers = [latest]
+        for n in numbers:
             ctx.attempt(n, self.name)
-        attempt = ctx.state.attempts[n]
-        warnings = ledger_mod.find_repeats(ctx.state, attempt)
-        if warnings and not force:
-            raise ToolError(f"evaluate: attempt {n} not evaluated: " + " / ".join(w["message"] for w in warnings)
-                            + ". If this try differs for a reason the ledger does not show, pass force=true.")
-        evaluated = ctx.evaluate(n, force=force)
-        result = evaluated.result
+        return numbers
+
+    def _outcome(self, ctx: ToolContext, numbers: list[int], cached: dict[int, int | None],
+                 forced: list[str]) -> ToolOutcome:
+        """The call's result: each standing result (in order), then what is still running."""
+        reports = []
+        for n in numbers:
+            if n in cached or ctx.final(n):
+                reports.append(self._report(ctx.state, n, cached.get(n)))
+        queued = [n for n in numbers if n not in cached and not ctx.final(n)]
+        if len(numbers) == 1 and reports:
+            data = reports[0]
+            summary = data.pop("summary")
+        else:
+            for report in reports:
+                report.pop("summary")
+            data = {"reports": reports}
+            done = ", ".join(f"attempt {r['attempt']}: {r['verdict']}" for r in reports)
+            running = f"attempt{'s' if len(queued) > 1 else ''} {', '.join(map(str, queued))} queued" if queued else ""
+            summary = "; ".join(p for p in (done, running) if p)
+        if queued:
+            data["queued"] = queued
+        if forced:
+            data["forced_past"] = forced
+        return ToolOutcome(summary, data)
+
+    @staticmethod
+    def _report(state: SessionState, n: int, cached_seq: int | None) -> dict[str, Any]:
+        attempt = state.attempts[n]
+        if attempt.verdict is None or attempt.eval_error and attempt.eval_seq is None:
+            return {"summary": f"attempt {n}: not evaluated: {attempt.eval_error}", "attempt": n,
+                    "verdict": "error", "error": attempt.eval_error}
+        result = journaled_result(attempt)
         speed = f" {result['speedup']:.3g}x" if result.get("speedup") is not None else ""
         summary = f"attempt {n}: {result['verdict']}{speed}"
-        data: dict[str, Any] = {"attempt": n, "verdict": result["verdict"], "report": agent_report(result)}
-        if evaluated.cached_seq is not None:
-            summary += (f" (from the journal: this source was evaluated before, at seq {evaluated.cached_seq}; "
-                        "nothing was run; force=true runs it again)")
-            data["cached"] = evaluated.cached_seq
-        else:
-            self._link_evidence(ctx, n)
-        if warnings:
-            data["forced_past"] = [w["strategy"] for w in warnings]
-        return ToolOutcome(summary, data)
+        data: dict[str, Any] = {"summary": summary, "attempt": n, "verdict": result["verdict"],
+                                "report": agent_report(result)}
+        if cached_seq is not None:
+            data["summary"] += (f" (from the journal: this source was evaluated before, at seq {cached_seq}; "
+                                "nothing was run; force=true runs it again)")
+            data["cached"] = cached_seq
+        return data
 
     def _attempt_of_source(self, ctx: ToolContext, args: dict[str, Any]) -> int:
         """The attempt a `source` argument names: an earlier attempt with that very text, else a new one."""
@@ -151,13 +218,38 @@ class Evaluate(Tool):
         params = {**(args.get("params") or {}), **strategy_tag(ctx, args, self.name)}
         return ctx.write_attempt(args["source"], note=args.get("note", ""), params=params, parent=parent)
 
-    @staticmethod
-    def _link_evidence(ctx: ToolContext, n: int) -> None:
-        sid = ctx.state.attempts[n].params.get("strategy")
-        if sid:
-            linked = ledger_mod.link(ctx.state.ledger, sid, ctx.state.attempts[n])
-            if linked is not None:
-                ctx.emit("ledger.updated", {"ledger": linked, "change": {"action": "evidence", "id": sid, "attempt": n}})
-
     def render(self, data: Mapping[str, Any], summary: str, state: SessionState) -> list[Block]:
-        return [text("\n".join([summary, *report_lines(data.get("report") or {}), best_line(state)]))]
+        if "reports" not in data:
+            if "report" not in data:  # queued (wait=none), or the evaluation failed
+                lines = [summary]
+            else:
+                lines = [summary, *report_lines(data.get("report") or {})]
+        else:
+            lines = []
+            for report in data["reports"]:
+                lines.append(f"attempt {report['attempt']}: {report['verdict']}")
+                lines.extend(report_lines(report["report"]) if "report" in report else [report.get("error", "")])
+        if data.get("queued"):
+            lines.append(f"still running: attempt{'s' if len(data['queued']) > 1 else ''} "
+                         f"{', '.join(map(str, data['queued']))}; each result arrives as a message when it finishes")
+        return [text("\n".join([*lines, best_line(state)]))]
+
+
+def arrival_text(state: SessionState, n: int) -> str:
+    """An evaluation result that arrived after the evaluate call that queued it had returned, as the model reads it
+    in the next request."""
+    attempt = state.attempts[n]
+    if attempt.verdict is None or attempt.eval_error and attempt.eval_seq is None:
+        return f"Evaluation of attempt {n} finished without a result: {attempt.eval_error or 'no result'}"
+    lines = [f"Evaluation of attempt {n} finished (queued by an earlier evaluate call):",
+             *report_lines(agent_report(journaled_result(attempt))), best_line(state)]
+    return "\n".join(lines)
+
+
+def link_evidence(state: SessionState, n: int, emit: Any) -> None:
+    """Add attempt n's standing result to the evidence of the ledger strategy it is tagged with (if any)."""
+    sid = state.attempts[n].params.get("strategy")
+    if sid:
+        linked = ledger_mod.link(state.ledger, sid, state.attempts[n])
+        if linked is not None:
+            emit("ledger.updated", {"ledger": linked, "change": {"action": "evidence", "id": sid, "attempt": n}})

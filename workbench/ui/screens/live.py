@@ -17,6 +17,7 @@ from workbench.ui.screens.events import EventListScreen
 from workbench.ui.screens.nudge import NudgeRequest, NudgeScreen
 from workbench.ui.widgets.eval_table import EvalTable
 from workbench.ui.widgets.event_log import EventLog
+from workbench.ui.widgets.fleet_panel import FleetPanel
 from workbench.ui.widgets.kernel_view import KernelView
 from workbench.ui.widgets.memory_panel import MemoryPanel
 from workbench.ui.widgets.metrics_bar import MetricsBar
@@ -74,10 +75,16 @@ class LiveScreen(Screen[None]):
             yield KernelView(cursor_blink=settings.cursor_blink, id="kernel")
             with Vertical(id="side"):
                 yield EvalTable(id="eval")
+                yield FleetPanel(id="fleet")
                 yield ProfilerTable(id="profiler")
                 yield MemoryPanel(id="memory")
         yield EventLog(max_lines=settings.log_max_lines, id="events")
         yield Footer()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fleet_seen = 0
+        """The app's fleet_seen when the fleet pane was last drawn."""
 
     def on_mount(self) -> None:
         self.refresh_panes()
@@ -91,6 +98,9 @@ class LiveScreen(Screen[None]):
             with self.app.batch_update():
                 self.query_one(EventLog).write_events(events)
                 self.refresh_panes()
+        elif self.workbench.fleet_seen != self._fleet_seen:
+            self.query_one(FleetPanel).show(self.workbench.state, self.workbench.fleet)
+        self._fleet_seen = self.workbench.fleet_seen
         self.refresh_status()
 
     def refresh_panes(self) -> None:
@@ -99,6 +109,7 @@ class LiveScreen(Screen[None]):
         state = app.state
         self.query_one(KernelView).show(state.current, best=state.best, attempts=state.attempts)
         self.query_one(EvalTable).show(state)
+        self.query_one(FleetPanel).show(state, app.fleet)
         self.query_one(ProfilerTable).show(app.current_profile(), app.best_profile())
         self.query_one(MemoryPanel).show(state)
 

@@ -32,6 +32,9 @@ COLUMNS = (("n", "#", 5), ("verdict", "verdict", 10), ("ms", "ms", 7), ("speedup
            ("what", "what it tried", 22))
 """(key, label, width) of the timeline; fixed widths, so thousands of rows need no measuring pass."""
 
+SLOT_WIDTH = 9
+"""The timeline's slot column (only for sessions whose results name their slot): 'cuda:3', 'cpu:1'."""
+
 FIRST_ROWS = 200
 """Rows added before the screen shows anything else: a screenful and more, at once."""
 
@@ -100,6 +103,8 @@ class ReviewScreen(Screen[None]):
         """The attempt marked for comparison."""
         self.rows_added = 0
         """Timeline rows added so far (they are added in chunks)."""
+        self.slots = False
+        """The session's results name the slot that measured them (a run on the evaluation pool): a column shows it."""
 
     def compose(self) -> ComposeResult:
         yield Static(Content(f" loading {self.session_id}…"), id="review-header")
@@ -145,6 +150,10 @@ class ReviewScreen(Screen[None]):
         state = history.state
         self.index = {n: i for i, n in enumerate(history.order)}
         header.update(self._header())
+        self.slots = any(a.slot for a in state.attempts.values())
+        self.set_class(self.slots, "-slots")
+        if self.slots:
+            self.query_one("#timeline", DataTable).add_column("slot", key="slot", width=SLOT_WIDTH)
         attempts = [state.attempts[n] for n in history.order]
         self.query_one("#speed-plot", TrendPlot).set_values(
             [a.speedup if a.verdict == "ok" else None for a in attempts])
@@ -190,7 +199,7 @@ class ReviewScreen(Screen[None]):
             Text(fmt.ms(attempt.ms), justify="right"),
             Text(fmt.speedup(attempt.speedup), justify="right", style=verdict_style if attempt.speedup else MUTED),
             Text(fmt.shorten(attempt_label(attempt, state.ledger, long=False), 80), style=MUTED if not attempt.note else ""),
-        ]
+        ] + ([Text(fmt.shorten(attempt.slot, SLOT_WIDTH) or fmt.DASH, style=MUTED)] if self.slots else [])
 
     def _add_rows(self, count: int) -> None:
         assert self.history is not None

@@ -138,7 +138,8 @@ class EvalTable(Pane):
             (attempt.verdict or "?", f"bold ${verdict_variable(attempt.verdict)}"),
         )
         comparable = "timing comparable" if attempt.timing_comparable else "timing NOT comparable"
-        self.border_subtitle = Content(f"{state.device or '?'} · {comparable}")
+        measured = f" · on {attempt.slot}" if attempt.slot else ""
+        self.border_subtitle = Content(f"{state.device or '?'}{measured} · {comparable}")
         parts: list[str | tuple[str, str]] = []
         if attempt.speedup is not None:
             parts += ["overall ", (fmt.speedup(attempt.speedup), f"bold ${verdict_variable(attempt.verdict)}")]

@@ -21,6 +21,8 @@ def sync_rows(table: DataTable[Text], rows: Mapping[str, Sequence[Text]], column
     for key, cells in rows.items():
         if key in existing:
             for column, cell in zip(columns, cells):
+                if table.get_cell(key, column) == cell:
+                    continue  # each update repaints the table: an unchanged cell costs a frame for nothing
                 # update_width: a longer value widens its column (on idle) instead of being clipped
                 table.update_cell(key, column, cell, update_width=True)
         else:
