@@ -16,6 +16,7 @@ from workbench.agent.runtime import AgentRuntime
 from workbench.agent.sink import RecordingSink
 from workbench.agent.tools import ToolError, confined_path
 from workbench.agent.tunables import read_declared
+from workbench.evaluator.errors import EvalCancelled
 from workbench.journal import read_events
 from workbench.session import SessionStore
 from workbench.session.replay import load_state
@@ -162,6 +163,63 @@ def test_stop_event_ends_the_run_resumably(tmp_path):
     stop.set()
     assert runtime.run(stop) == "stopped by the person"
     assert runtime.state.status == "stopped"
+    files.close()
+
+
+def test_a_stop_request_aborts_the_evaluation_in_progress_and_journals_the_reason(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget())
+
+    def cut_short(task, path, device, heldout=False):
+        # What a cancelled EvaluationService does once request_stop has cancelled it.
+        runtime.request_stop("stopped by signal SIGTERM")
+        raise EvalCancelled(f"{path}: evaluation aborted after 0.4 s while running forward on shape S1")
+
+    runtime.evaluations.evaluator = FunctionEvaluator(cut_short)
+    assert runtime.run(threading.Event()) == "stopped by signal SIGTERM"
+    events = list(read_events(files.dir / "events.jsonl"))
+    result = next(e.data for e in events if e.type == "tool.result")
+    assert result["aborted"] and not result["ok"]
+    assert result["error"].endswith("while running forward on shape S1 (stopped by signal SIGTERM)")
+    assert not [e for e in events if e.type == "eval.finished"] and runtime.state.attempts[1].verdict is None
+    assert [e.type for e in events[-2:]] == ["run.stopped", "checkpoint.written"]
+    assert events[-2].data == {"reason": "stopped by signal SIGTERM", "final": False}
+    files.close()
+
+
+def test_a_best_whose_held_out_check_was_cut_short_is_checked_first_on_resume(tmp_path):
+    runtime, files = new_runtime(tmp_path, Budget())
+    plain = fake_evaluator()
+
+    def stop_in_the_gate(task, path, device, heldout=False):
+        if heldout:
+            runtime.request_stop("stopped by signal SIGHUP")
+            raise EvalCancelled(f"{path}: evaluation aborted after 0.1 s while timing forward on shape HS1")
+        return plain(task, path, device)
+
+    runtime.evaluations.evaluator = FunctionEvaluator(stop_in_the_gate)
+    runtime.run(threading.Event())
+    state = runtime.state
+    assert state.best == 1 and not state.attempts[1].checked, "journaled ok, never checked on held-out shapes"
+    error = next(e.data["error"] for e in read_events(files.dir / "events.jsonl") if e.type == "tool.result")
+    assert "held-out check of new best attempt 1" in error and "stopped by signal SIGHUP" in error
+    files.close()
+
+    files = SessionStore(tmp_path).open(files.id, writer=True)
+    state = load_state(files)
+    seen = []
+
+    def record(task, path, device, heldout=False):
+        seen.append(heldout)
+        return plain(task, path, device)
+
+    resumed = AgentRuntime(files, state, TASK, TunerBackend(SEED), device="cpu", budget=Budget(max_iterations=2),
+                           evaluator=FunctionEvaluator(record))
+    resumed.run(threading.Event())
+    events = list(read_events(files.dir / "events.jsonl"))
+    started = max(i for i, e in enumerate(events) if e.type == "run.started")
+    first = events[started + 1]
+    assert first.type == "eval.finished" and first.data["check"] == "heldout" and first.data["attempt"] == 1
+    assert seen[0] is True and resumed.state.attempts[1].checked
     files.close()
 
 

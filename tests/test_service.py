@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.evaluator import EvalServiceError, EvalUsageError, EvaluationService, isolation, limits, stats, wire
+from workbench.evaluator import (EvalCancelled, EvalServiceError, EvalUsageError, EvaluationService, isolation, limits,
+                                 stats, wire)
 from workbench.evaluator.channel import Channel, WorkerLost
 from workbench.evaluator.oracle import OracleCache, Prepared
 from workbench.evaluator.seeds import SLOT_MODULUS, SeedPool
@@ -26,6 +27,7 @@ from workbench.tasks import load_task
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "kernels" / "softmax" / "seed.py"
 SEGFAULT = CASES_DIR / "softmax" / "segfault.py"
+HANG = CASES_DIR / "softmax" / "infinite_loop.py"
 
 
 # -- seeds ---------------------------------------------------------------------------------------------------------
@@ -298,6 +300,34 @@ def test_a_service_that_dies_twice_is_a_clear_error(small):
         with pytest.raises(EvalServiceError, match=r"failed twice on seed.py: died: .* then died"):
             service.evaluate(SEED, on_stage=kill)
         assert service.evaluate(SEED)["verdict"] == "ok", "and the next evaluation starts a sound service"
+
+
+def test_cancel_aborts_the_evaluation_in_progress_at_once_and_the_service_carries_on(small):
+    with EvaluationService(small, "cpu", prepare_heldout=False) as service:
+        assert service.cancel() is False, "nothing to abort between evaluations"
+        service.evaluate(SEED)  # warm: the oracle outputs are cached, so the hang is reached at once
+        candidate = service._prestarter.waiting
+        timer: list[threading.Timer] = []
+        cancelled_at: list[float] = []
+
+        def cancel() -> None:
+            cancelled_at.append(time.monotonic())
+            assert service.cancel() is True
+
+        def on_stage(stage: dict) -> None:
+            if stage["stage"] == "forward" and not timer:  # the candidate's first call, which never returns
+                timer.append(threading.Timer(0.5, cancel))
+                timer[0].start()
+
+        with pytest.raises(EvalCancelled, match=r"infinite_loop.py: evaluation aborted after .* while running forward"):
+            service.evaluate(HANG, on_stage=on_stage)
+        took = time.monotonic() - cancelled_at[0]
+        assert took < 1.0, f"the abort took {took:.2f} s"
+        assert candidate.proc.poll() is not None, "the candidate process is gone"
+        after = service.evaluate(SEED)
+        health = service.health()
+    assert after["verdict"] == "ok", after["message"]
+    assert health.restarts == 0 and health.faults == [], "the service let go of the killed candidate and carried on"
 
 
 def _task_copy(tmp_path: Path, name: str, reference: str | None = None, baseline: str | None = None):

@@ -167,3 +167,68 @@ def test_run_killed_in_tmux_resumes_as_the_same_session(tmux: Tmux, tmp_path: Pa
     aborted = {e["data"]["call_id"] for e in events[resumed_at:] if e["type"] == "tool.result" and
                e["data"].get("aborted")}
     assert aborted == set(before.in_flight), "a tool call the kill interrupted is closed as aborted on resume"
+
+
+def _slow_kernel(path: Path) -> Path:
+    """The tiny task's seed with a forward that never returns: its evaluation lasts until its time limit."""
+    seed = (REPO / "tests" / "fixtures" / "tasks" / "tiny" / "seed.py").read_text(encoding="utf-8")
+    path.write_text(seed.replace("def forward(x: torch.Tensor) -> torch.Tensor:\n",
+                                 "def forward(x: torch.Tensor) -> torch.Tensor:\n    while True:\n        pass\n"),
+                    encoding="utf-8")
+    return path
+
+
+def _marked(tmpdir: Path) -> list[int]:
+    """Live processes whose environment carries this TMPDIR (the run and every process it started)."""
+    mark = f"TMPDIR={tmpdir}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if mark in (entry / "environ").read_bytes().split(b"\0") and \
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "hangup"])
+def test_sigterm_and_a_hangup_stop_a_tui_run_as_they_stop_a_headless_one(how: str, tmux: Tmux, tmp_path: Path) -> None:
+    """Textual handles neither signal; by default each ended the TUI at once, with no run.stopped."""
+    config = tmp_path / "config.toml"
+    config.write_text('theme = "workbench-ansi"\ncursor_blink = false\n', encoding="utf-8")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(config), "ANTHROPIC_API_KEY": "", "TMPDIR": str(tmpdir),
+           "WORKBENCH_KERNELS": str(REPO / "tests" / "fixtures" / "tasks"), "COLUMNS": SIZE[0], "LINES": SIZE[1]}
+    sessions = tmp_path / "sessions"
+    tmux.start("run", env, "run", "tiny", "--agent", "tuner", "--device", "cpu", "--start",
+               str(_slow_kernel(tmp_path / "slow.py")), "--sessions-dir", str(sessions))
+    pid = tmux.pid("run")
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmpdir.glob("workbench-eval-*/candidate/kernel.py")):
+            assert tmux.alive("run") and time.monotonic() < deadline, "no evaluation began"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the candidate is in its never-ending forward
+        if how == "SIGTERM":
+            os.kill(pid, signal.SIGTERM)
+        else:
+            tmux("kill-session", "-t", "run")  # closes the pane's terminal: SIGHUP, then EIO on every write
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pid}").exists(), f"the TUI did not exit after {how}"
+        end = time.monotonic() + 1.0
+        while _marked(tmpdir) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _marked(tmpdir) == [], "no process of the run outlives it"
+    finally:
+        kill(_marked(tmpdir))
+    (journal,) = sessions.glob("*/events.jsonl")
+    events = [e.to_dict() for e in read_events(journal)]
+    reason = "stopped by signal SIGTERM" if how == "SIGTERM" else "stopped by signal SIGHUP (the terminal hung up)"
+    assert [e["type"] for e in events[-2:]] == ["run.stopped", "checkpoint.written"]
+    assert events[-2]["data"] == {"reason": reason, "final": False}
+    aborted = [e["data"] for e in events if e["type"] == "tool.result" and e["data"].get("aborted")]
+    assert len(aborted) == 1 and "evaluation aborted" in aborted[0]["error"] and reason in aborted[0]["error"]

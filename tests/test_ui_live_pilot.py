@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from concurrent.futures import Future
 
@@ -72,6 +73,25 @@ async def test_events_reach_the_log_in_batches_not_one_write_each(monkeypatch: p
         await settle(pilot, runtime)
     assert sum(writes) == 32
     assert len(writes) < 32 / 4, f"one write per event is what the flush tick exists to avoid: {writes}"
+
+
+async def test_a_stop_signal_stops_the_runtime_with_its_reason_says_so_then_exits() -> None:
+    release = threading.Event()
+    app, runtime = make_live_app(FakeRuntime(release=release))
+    messages: list[Message] = []
+    async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
+        await settle(pilot, runtime)
+        notes = capture_notes(app)
+        # What the signal watcher thread does on SIGTERM (WorkbenchApp.run installs it for a real terminal).
+        threading.Thread(target=app.stop_for_signal, args=(signal.SIGTERM,)).start()
+        await wait_for(runtime.saw_stop.is_set)
+        await wait_for(lambda: app.run_state == "stopping")
+        assert any("stopped by signal SIGTERM: stopping" in n for n in notes), notes
+        release.set()
+        await wait_for(lambda: not app.is_running)
+    assert app.return_value == "stopped by signal SIGTERM"
+    stopped = [m.event for m in messages if isinstance(m, JournalEvent) and m.event.type == "run.stopped"]
+    assert [e.data["reason"] for e in stopped] == ["stopped by signal SIGTERM"]
 
 
 async def test_q_stops_the_runtime_shows_stopping_then_exits() -> None:

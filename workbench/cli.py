@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -265,26 +264,25 @@ def _drive(runtime, args: argparse.Namespace, files) -> int:
             return _run_headless(runtime, files)
         return _run_tui(runtime, files, args)
     finally:
+        runtime.evaluations.close()  # run() closed it already, unless it never began
         files.close()
 
 
 def _run_headless(runtime, files) -> int:
-    from workbench.agent.headless import HeadlessSink
+    from workbench.agent.headless import HeadlessSink, say
+    from workbench.agent.signals import StopSignals, stop_reason
 
-    print(files.id, flush=True)
-    stop = threading.Event()
-
-    def _stop(signum, frame):  # SIGINT/SIGTERM stop at the next step boundary; the session stays resumable
-        stop.set()
-
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
+    say(files.id)
+    # SIGTERM, SIGHUP (an SSH hangup without tmux) and SIGINT stop at the next step boundary, or at once during an
+    # evaluation; run.stopped names the signal and the session stays resumable.
+    signals = StopSignals(lambda signum: runtime.request_stop(stop_reason(signum))).install()
     try:
-        runtime.run(stop, sink=HeadlessSink(runtime.state))
+        runtime.run(threading.Event(), sink=HeadlessSink(runtime.state))
     except Exception as exc:  # the error is journaled by the runtime; say it once and fail
-        print(f"workbench: run failed: {type(exc).__name__}: {exc} (session {files.id} is resumable)",
-              file=sys.stderr)
+        say(f"workbench: run failed: {type(exc).__name__}: {exc} (session {files.id} is resumable)", sys.stderr)
         return EXIT_FAIL
+    finally:
+        signals.restore()
     return EXIT_OK
 
 

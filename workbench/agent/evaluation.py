@@ -6,6 +6,11 @@ evaluation service of issue #16: one trusted process, a fresh candidate process 
 FunctionEvaluator. `Evaluations` owns its lifetime: `close()` at the end of
 a run closes it.
 
+An evaluation can be aborted (`Evaluations.abort`, from any thread: the run is stopping): the evaluator's `cancel()`
+kills the candidate at once and the evaluation raises EvalCancelled, which the runtime journals as an aborted tool
+call. A new best whose held-out check was cut short (aborted, or the process killed) is checked again when the
+session resumes (`Evaluations.confirm_best`), so no best stands unchecked.
+
 Evaluations are synchronous today. The seam for several in flight (issue #17) is `Evaluations.evaluate`: a
 scheduler would journal `eval.started` {attempt, slot, gpu, host} before handing the attempt to a slot and
 `eval.finished` when its result comes back; `_gate` and `_profile` already work from an attempt number and a
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from workbench.evaluator.errors import EvalCancelled
 from workbench.evaluator.result import EvalResult, public_part
 from workbench.journal.events import EvalFinished, HeldoutSummary
 from workbench.session.atomic import write_json_atomic
@@ -42,6 +48,10 @@ class Evaluator(Protocol):
 
     def evaluate(self, task: "Task", path: Path, *, heldout: bool = False) -> EvalResult:
         """The candidate's result (ARCHITECTURE.md, evaluator contract); with heldout, the held-out shapes too."""
+        ...
+
+    def cancel(self) -> None:
+        """Abort the evaluation in progress, if any (thread-safe, returns at once): evaluate() raises EvalCancelled."""
         ...
 
     def close(self) -> None:
@@ -79,6 +89,11 @@ class ServiceEvaluator:
         """One evaluation through the task's service."""
         return self._service(task).evaluate(path, heldout=heldout)
 
+    def cancel(self) -> None:
+        """Abort the evaluation in progress (its candidate process group is killed at once)."""
+        for service in list(self._services.values()):
+            service.cancel()
+
     def close(self) -> None:
         """Stop the services and their waiting candidate processes."""
         for service in self._services.values():
@@ -96,6 +111,9 @@ class FunctionEvaluator:
     def evaluate(self, task: "Task", path: Path, *, heldout: bool = False) -> EvalResult:
         """Call the function."""
         return self.fn(task, path, device=self.device, heldout=heldout)
+
+    def cancel(self) -> None:
+        """A plain function cannot be interrupted: it runs to its end (Evaluations.abort still refuses new ones)."""
 
     def close(self) -> None:
         """Nothing to release."""
@@ -152,11 +170,32 @@ class Evaluations:
         self._attempt_path = attempt_path
         self.observer = observer
         """Lists a new best's kernels from outside its process (ncu on CUDA); None skips that check."""
+        self.aborted = ""
+        """Why evaluations are refused (abort() was called: the run is stopping); '' while they run."""
+
+    def abort(self, reason: str) -> None:
+        """Abort the evaluation in progress and refuse new ones (thread-safe): each raises EvalCancelled."""
+        self.aborted = self.aborted or reason
+        self.evaluator.cancel()
+
+    def _run(self, path: Path, *, heldout: bool = False) -> EvalResult:
+        """One evaluation by the evaluator.
+
+        Raises:
+            EvalCancelled: abort() was called before or during it.
+        """
+        if self.aborted:
+            raise EvalCancelled(f"{path}: not evaluated: the run is stopping")
+        return json_safe(self.evaluator.evaluate(self.task, path, heldout=heldout))
 
     def evaluate(self, n: int, *, force: bool = False) -> Evaluated:
         """Evaluate attempt n, or answer from the journal when its source was evaluated before (unless force).
 
         A new best must also pass the held-out shapes (and the observer) before it stands.
+
+        Raises:
+            EvalCancelled: the run is stopping (abort()); nothing of this evaluation was journaled, unless it was
+                the held-out check of a new best (confirm_best takes it up again on resume).
         """
         if not force:
             done = self._evaluated_twin(self.state.attempts[n])
@@ -164,7 +203,7 @@ class Evaluations:
                 return Evaluated(journaled_result(done), cached_seq=done.eval_seq)
         path = self._attempt_path(n)
         best_before = self.state.best
-        result: EvalResult = json_safe(self.evaluator.evaluate(self.task, path))
+        result = self._run(path)
         self.files.write_attempt_result(n, result)  # type: ignore[arg-type]
         self._emit("eval.finished", EvalFinished(attempt=n, result=result))  # type: ignore[arg-type]
         if isinstance(result.get("profile"), dict):
@@ -188,7 +227,11 @@ class Evaluations:
         heldout/NNNN.json (outside what the agent's tools may read). A failure is an eval.finished that demotes
         the attempt.
         """
-        check: EvalResult = json_safe(self.evaluator.evaluate(self.task, path, heldout=True))
+        try:
+            check = self._run(path, heldout=True)
+        except EvalCancelled as exc:
+            raise EvalCancelled(f"{exc} (the held-out check of new best attempt {n}: it runs again when the session "
+                                "resumes)") from None
         hidden = check.get("heldout") or []
         folder = self.files.dir / HELDOUT_DIR
         folder.mkdir(exist_ok=True)
@@ -215,6 +258,21 @@ class Evaluations:
             data["observed"] = observed
         self._emit("eval.finished", data)  # type: ignore[arg-type]
         return public
+
+    def confirm_best(self) -> Evaluated | None:
+        """Run the held-out check of a best attempt that never finished one (a stop or a kill cut it short).
+
+        Returns:
+            The attempt's evaluation after the check, or None when the best is checked already (or there is none).
+        """
+        best = self.state.best_attempt
+        if best is None or best.checked:
+            return None
+        try:
+            result: EvalResult = json.loads((self.files.attempt_dir(best.n) / "result.json").read_text())
+        except (OSError, ValueError):
+            result = journaled_result(best)
+        return Evaluated(self._gate(best.n, self._attempt_path(best.n), result))
 
     def _observe(self, path: Path) -> dict[str, Any]:
         """The kernel list of the new best from outside its process; an observer that cannot run is noted, and the

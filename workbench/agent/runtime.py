@@ -4,6 +4,10 @@ The runtime keeps the loop and the journal writer. Its collaborators each do one
 nudges, the inbox, answers to questions), WorkingCopy (the person's edits of kernel.py), Evaluations (the
 evaluator, the journal cache, the held-out gate, profiles) and Checkpoints. Tools get a ToolContext and backends a
 BackendContext: narrow views, never the runtime itself.
+
+A run stops at a step boundary when its `stop` event is set (the TUI's q), or at once inside an evaluation when
+`request_stop` says why (a signal): the evaluation is aborted and its tool call journaled as aborted, and run.stopped
+carries the reason given.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from workbench.agent.evaluation import Evaluated, Evaluations, Evaluator, Kernel
 from workbench.agent.memory import SessionMemory, plan_compaction
 from workbench.agent.sink import NullSink, RunSink
 from workbench.agent.tools import TOOLS, ToolContext, ToolError, check_args
+from workbench.evaluator.errors import EvalCancelled
 from workbench.journal import Event
 from workbench.journal.events import AttemptWritten, RunStarted, RunStopped, ToolCalled, ToolResult
 from workbench.session.revisions import sha256_text
@@ -74,6 +79,9 @@ class AgentRuntime:
         self.budget = budget
         self._sink: RunSink = NullSink()
         self._stop = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._stop_reason = ""
+        """Why request_stop() stopped the run ('' for a plain stop event: the person's q)."""
         self._call_id = ""
         self.memory = SessionMemory.load(files, state, backend.memory_kind)
         """The context window every backend shares, rebuilt from the journal and kept in step by emit()."""
@@ -97,7 +105,10 @@ class AgentRuntime:
             sink: RunSink | None = None) -> str:
         """Run until something ends the run; returns the stop reason (also journaled as run.stopped)."""
         self._sink = self.commands.sink = sink or NullSink()
-        self._stop = stop
+        with self._stop_lock:
+            self._stop = stop
+            if self._stop_reason:  # asked before the run began
+                stop.set()
         commands = commands if commands is not None else queue.Queue()
         resumed = self.state.status not in ("new", "created")
         self.backend.bind(BackendContext(emit=self.emit, notify=self.notify, wait=self.wait, compact=self.compact,
@@ -107,6 +118,7 @@ class AgentRuntime:
                                                  device=self.device)))
         try:
             self._recover_in_flight()
+            self._confirm_best()
             reason, final = self._loop(stop, commands)
         except BaseException as exc:
             self.emit("error", {"message": f"{type(exc).__name__}: {exc}"})
@@ -126,7 +138,7 @@ class AgentRuntime:
                 stop.wait(0.2)
                 self._take_commands(commands)
             if stop.is_set():
-                return "stopped by the person", False
+                return self._stop_reason or "stopped by the person", False
             self._take_human_edit()
             exceeded = self.budget.exceeded(self.state, datetime.now(timezone.utc))
             if exceeded:
@@ -162,7 +174,10 @@ class AgentRuntime:
         n = self.write_attempt(edit.source, note="edited by hand (kernel.py)", params=edit.params,
                                parent=current.n if current else None, author="human")
         self._sink.notify(f"your edit of kernel.py is attempt {n}; evaluating it")
-        self.evaluate(n)
+        try:
+            self.evaluate(n)
+        except EvalCancelled:
+            self._sink.notify(f"the evaluation of attempt {n} was aborted ({self._stop_reason})", "warning")
 
     def _recover_in_flight(self) -> None:
         """Close tool calls a crash interrupted: marked aborted, never silently re-run twice."""
@@ -172,6 +187,23 @@ class AgentRuntime:
                                                            "finished")))
         for attempt in self.state.attempts.values():
             self.attempt_path(attempt.n)
+
+    def _confirm_best(self) -> None:
+        """A best whose held-out check a stop or a kill cut short is checked now, before it counts."""
+        try:
+            self.evaluations.confirm_best()
+        except EvalCancelled:
+            pass  # stopped again meanwhile: the loop returns the reason, and the next resume checks it
+
+    # -- stopping ------------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        """Stop the run (thread-safe, returns at once): at the next step boundary, or now when an evaluation runs (it is
+        aborted, and its tool call journaled as aborted). run.stopped journals the first reason given."""
+        with self._stop_lock:
+            self._stop_reason = self._stop_reason or reason
+            stop = self._stop
+        stop.set()
+        self.evaluations.abort(self._stop_reason)
 
     # -- what backends and tools are given -------------------------------------------------------
     def notify(self, text: str, severity: str = "information") -> None:
@@ -216,6 +248,9 @@ class AgentRuntime:
                                 data=outcome.data, **ref)  # type: ignore[typeddict-item]
         except ToolError as exc:
             result = ToolResult(call_id=call_id, tool=action.tool, ok=False, error=str(exc), **ref)  # type: ignore[typeddict-item]
+        except EvalCancelled as exc:
+            result = ToolResult(call_id=call_id, tool=action.tool, ok=False, aborted=True,  # type: ignore[typeddict-item]
+                                error=f"{exc} ({self._stop_reason or 'the run is stopping'})", **ref)
         finally:
             self._call_id = ""
         self.emit("tool.result", dict(result))

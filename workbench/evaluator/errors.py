@@ -16,3 +16,8 @@ class EvalUsageError(Exception):
 class EvalServiceError(Exception):
     """The trusted side failed twice on one evaluation (the service died, hung, or its baseline or oracle failed),
     with a restart in between: not the candidate's fault. The message says what happened both times."""
+
+
+class EvalCancelled(Exception):
+    """The owner aborted the evaluation in progress (EvaluationService.cancel): the candidate was stopped and nothing
+    was judged. The message says what the evaluation was doing."""

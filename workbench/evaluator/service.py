@@ -7,7 +7,8 @@ and baseline, the oracle's outputs and the timer across evaluations, and one pre
 each step the service announces carries its limit and whose step it is; a candidate step that runs over is the
 candidate's timeout (its process group is killed, the service carries on), a trusted step that runs over, or a
 service that dies or reports a fault, gets the service restarted and the evaluation run once more, and a second
-failure is an EvalServiceError.
+failure is an EvalServiceError. `cancel()`, from any thread, aborts the evaluation in progress: its candidate process
+group is killed at once and evaluate() raises EvalCancelled.
 
     with EvaluationService(task, "cuda", gpu=0) as service:
         result = service.evaluate("kernels/kda/kda_chunked.py")
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.devices import DeviceError, resolve_device
 from workbench.evaluator import assemble, crashes, isolation, limits, tether, wire
 from workbench.evaluator.assemble import Outcome
-from workbench.evaluator.errors import EvalServiceError, EvalUsageError
+from workbench.evaluator.errors import EvalCancelled, EvalServiceError, EvalUsageError
 from workbench.evaluator.prestart import Prestarter, WorkerProcess, kill_group, status
 from workbench.evaluator.submission import submit
 
@@ -52,6 +53,9 @@ LOST_WAIT_S = 5.0
 FRAME_LIMIT = 64 << 20
 KEEP_ENV = "WORKBENCH_EVAL_KEEP"
 """Set (to anything) to keep each evaluation's private folder, with the candidate's log, for debugging."""
+CANCEL_DRAIN_S = 2.0
+"""After a cancel, how long the service gets to let go of the killed candidate before it is restarted (a trusted step
+in progress, such as a baseline autotuning for minutes, is not waited for)."""
 _FINAL = ("result", "worker_lost", "harness_error", "fault")
 
 
@@ -89,6 +93,10 @@ class ServiceHealth:
 
 class _Died(Exception):
     """The service process closed its pipe."""
+
+
+class _Woken(Exception):
+    """The owner's wake-up pipe became readable: cancel() was called."""
 
 
 def oracle_hash(task: "Task") -> str:
@@ -178,19 +186,23 @@ class _ServiceProcess:
     def alive(self) -> bool:
         return not self.dead and self.proc.poll() is None
 
-    def read(self, deadline: float | None) -> dict[str, Any] | None:
+    def read(self, deadline: float | None, wake: int | None = None) -> dict[str, Any] | None:
         """The next message, or None when the deadline (monotonic; None: wait forever) passes first.
 
         Raises:
             _Died: the service closed its pipe (it exited or was killed).
+            _Woken: `wake` became readable first (a message already received still comes first).
         """
         while not self.pending:
             if self.dead:
                 raise _Died()
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self.pipe], [], [], timeout)
+            fds = [self.pipe] if wake is None else [self.pipe, wake]
+            ready, _, _ = select.select(fds, [], [], timeout)
             if not ready:
                 return None
+            if self.pipe not in ready:
+                raise _Woken()
             data = os.read(self.pipe, 1 << 16)
             if not data:
                 self.dead = True
@@ -224,7 +236,7 @@ class _ServiceProcess:
         return tail
 
     def close(self, *, kill: bool) -> None:
-        if not kill and self.alive():
+        if not kill and self.alive() and self.ready:  # before ready it reads no requests: nothing to ask
             try:
                 self.sock.send(json.dumps({"op": "exit"}).encode())
                 self.proc.wait(timeout=10)
@@ -289,6 +301,15 @@ class EvaluationService:
         }
         self._lock = threading.Lock()
         """One evaluation at a time per service (a slot of the scheduler is one service)."""
+        self._wake_r, self._wake_w = os.pipe()
+        """cancel() writes a byte here; the evaluation in progress waits on it beside the service's pipe."""
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._cancel_lock = threading.Lock()
+        self._running = False
+        """An evaluation is in progress (cancel() has something to abort)."""
+        self._cancelled = False
+        """cancel() was called during the evaluation in progress."""
         self._proc: _ServiceProcess | None = None
         self._closed = False
         self._count = 0
@@ -315,6 +336,8 @@ class EvaluationService:
     def _restart(self) -> None:
         if self._proc is not None:
             self._proc.close(kill=True)
+        if self._closed:
+            return  # closed from another thread meanwhile: nothing may outlive close()
         self.restarts += 1
         self._start()
 
@@ -336,7 +359,13 @@ class EvaluationService:
             deadline = time.monotonic() + limits.TRUSTED_S["service"]
             try:
                 while not self._proc.ready:
-                    msg = self._proc.read(deadline)
+                    try:
+                        msg = self._proc.read(deadline, self._wake_r)
+                    except _Woken:
+                        if self._woken():
+                            raise EvalCancelled("the evaluation was aborted while the evaluation service started") \
+                                from None
+                        continue
                     if msg is None or msg.get("type") == "harness_error":
                         raise _Died()
                     if msg.get("type") == "usage_error":
@@ -374,6 +403,7 @@ class EvaluationService:
         Raises:
             EvalUsageError: a missing file, bad arguments, or a task or device the service cannot use.
             EvalServiceError: the service failed twice on this evaluation (restarted in between).
+            EvalCancelled: cancel() aborted it.
         """
         if timeout_s is not None and not timeout_s > 0:
             raise EvalUsageError(f"timeout_s must be positive, got {timeout_s!r}")
@@ -384,23 +414,81 @@ class EvaluationService:
             return sub.early  # type: ignore[return-value]
         use_graph = (self.task.graph_timing if graph is None else bool(graph)) and self.device == "cuda"
         with self._lock:
-            failures: list[Fault] = []
-            for _ in (1, 2):
-                self._count += 1
-                outcome = self._run(sub, heldout, use_graph, timeout_s, on_stage, self._count)
-                if isinstance(outcome, Fault):
-                    failures.append(outcome)
-                    self.faults.append(outcome)
-                    self._restart()
-                    continue
-                service = {"evaluations": self._count, "restarts": self.restarts, "pid": self._proc.pid,
-                           "reruns": len(failures)} if self._proc else {}
-                result = assemble.build(self.task, sub, self.device, self.seeds, heldout, outcome, service)
-                self._last = {"cache": dict(result.get("cache") or {}), "netns": outcome.worker.get("netns")}
-                return result
+            self._arm_cancel(True)
+            try:
+                failures: list[Fault] = []
+                for _ in (1, 2):
+                    self._count += 1
+                    outcome = self._run(sub, heldout, use_graph, timeout_s, on_stage, self._count)
+                    if isinstance(outcome, Fault):
+                        failures.append(outcome)
+                        self.faults.append(outcome)
+                        self._restart()
+                        if self.cancel_requested():
+                            raise EvalCancelled(f"{sub.path}: evaluation aborted after a fault of the evaluation "
+                                                f"service ({outcome.kind})")
+                        continue
+                    service = {"evaluations": self._count, "restarts": self.restarts, "pid": self._proc.pid,
+                               "reruns": len(failures)} if self._proc else {}
+                    result = assemble.build(self.task, sub, self.device, self.seeds, heldout, outcome, service)
+                    self._last = {"cache": dict(result.get("cache") or {}), "netns": outcome.worker.get("netns")}
+                    return result
+            finally:
+                self._arm_cancel(False)
         raise EvalServiceError(f"the evaluation service failed twice on {sub.path.name}: "
                                f"{failures[0].kind}: {failures[0].message}; then {failures[1].kind}: "
                                f"{failures[1].message}")
+
+    # -- cancelling -------------------------------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Abort the evaluation in progress, if any: thread-safe, returns at once; evaluate() then kills the
+        candidate's process group and raises EvalCancelled. An evaluation that starts afterwards is not affected.
+
+        Returns:
+            True when an evaluation was in progress.
+        """
+        with self._cancel_lock:
+            if not self._running or self._closed:
+                return False
+            self._cancelled = True
+            try:
+                os.write(self._wake_w, b"x")
+            except (BlockingIOError, OSError):
+                pass  # the pipe is full of earlier wake-ups: one is enough
+            return True
+
+    def cancel_requested(self) -> bool:
+        """Whether cancel() was called during the evaluation in progress."""
+        with self._cancel_lock:
+            return self._cancelled
+
+    def _arm_cancel(self, running: bool) -> None:
+        """Mark an evaluation as started or over; either way an earlier cancel() no longer applies."""
+        with self._cancel_lock:
+            self._running, self._cancelled = running, False
+            self._clear_wake()
+            if not running and self._closed:
+                self._close_wake()  # close() came from another thread while this evaluation ran
+
+    def _clear_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except OSError:  # BlockingIOError: empty
+            pass
+
+    def _woken(self) -> bool:
+        """After the wake-up pipe fired: True when the evaluation in progress is to be aborted."""
+        if self.cancel_requested():
+            return True
+        with self._cancel_lock:
+            self._clear_wake()
+        return False
+
+    def _close_wake(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
 
     def _take_worker(self) -> tuple[WorkerProcess, bool]:
         if self._prestarter is None:
@@ -476,7 +564,13 @@ class EvaluationService:
 
     def close(self) -> None:
         """Stop the service and any waiting candidate process; the object cannot evaluate afterwards."""
-        self._closed = True
+        self.cancel()  # an evaluation running in another thread ends now, with EvalCancelled
+        with self._cancel_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if not self._running:
+                self._close_wake()
         if self._prestarter is not None:
             self._prestarter.close()
         if self._proc is not None:
@@ -540,7 +634,11 @@ class _Watch:
             if deadline is not None and now >= deadline:
                 return self._expired(which, now)
             try:
-                msg = self.proc.read(deadline)
+                msg = self.proc.read(deadline, self.owner._wake_r)
+            except _Woken:
+                if self.owner._woken():
+                    self._abort()
+                continue
             except _Died:
                 return Fault("died", f"the evaluation service died while {crashes.describe(self.stage)}"
                              + (f": {self.proc.log_tail()}" if self.proc.log_tail() else ""), evaluation=self.eval_id)
@@ -593,9 +691,21 @@ class _Watch:
         return Outcome("timeout", message=message, stage=dict(self.stage), env=self.proc.env, phases=self.phases,
                        worker=self.worker_info)
 
-    def _drain(self) -> None:
+    def _abort(self) -> None:
+        """cancel(): kill the candidate process group, let the service let go of it (or restart it), and raise.
+
+        Raises:
+            EvalCancelled: always, naming the step the evaluation was in.
+        """
+        self._mark(time.monotonic())
+        kill_group(self.worker.proc)  # type: ignore[arg-type]
+        self._drain(CANCEL_DRAIN_S)
+        raise EvalCancelled(f"{self.sub.path}: evaluation aborted after {time.monotonic() - self.started:.1f} s while "
+                            f"{crashes.describe(self.stage)}")
+
+    def _drain(self, limit_s: float = limits.ABORT_S) -> None:
         """After killing the candidate process: wait for the service to let go of this evaluation, or restart it."""
-        end = time.monotonic() + limits.ABORT_S
+        end = time.monotonic() + limit_s
         while True:
             try:
                 msg = self.proc.read(end)

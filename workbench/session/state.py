@@ -36,6 +36,8 @@ class Attempt:
     shapes: list[dict[str, Any]] = field(default_factory=list)
     written_seq: int = 0
     eval_seq: int | None = None
+    checked: bool = False
+    """A held-out check of this attempt was journaled (the gate a new best passes before it stands)."""
 
 
 @dataclass
@@ -243,6 +245,8 @@ def _eval_finished(state: SessionState, data: ev.EvalFinished, seq: int, ts: str
     times = [s["ms"] for s in attempt.shapes if s.get("ms") is not None]
     attempt.ms = sum(times) if times else None
     attempt.eval_seq = seq
+    if data.get("check") == "heldout":
+        attempt.checked = True
     if state.best == attempt.n and attempt.verdict != "ok":
         state.best = None  # a re-evaluation can demote the best; recompute below
     if state.best is None:

@@ -23,14 +23,21 @@ from workbench.journal.files import Closing, fsync_dir
 from workbench.session.atomic import drop_none, write_json_atomic, write_toml_atomic
 from workbench.session.revisions import unified
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the session.toml layout; bump it with a migration in MIGRATIONS."""
 
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+def _drop_cached_state(meta: dict) -> dict:
+    """1 -> 2: the cached state lacks Attempt.checked (whether a held-out check was journaled), which only the
+    journal can tell: the state is folded again from it on the next open."""
+    meta.pop("state", None)
+    return meta
+
+
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_cached_state}
 """Upgrade steps keyed by the version they upgrade from: MIGRATIONS[v] turns a v meta into a v+1 meta.
 
-Empty while version 1 is the only one; a session.toml older than SCHEMA_VERSION without a step is
-refused by name rather than read with guessed meanings.
+A session.toml older than SCHEMA_VERSION without a step is refused by name rather than read with guessed meanings.
 """
 
 RESERVED = ("schema_version", "events_version", "id", "checkpoint_seq", "journal", "summary")
