@@ -103,7 +103,7 @@ def test_multi_turn_tool_use_is_streamed_and_journaled_as_deltas(tmp_path, task)
         Message([tool_use("t3", "ledger", {"action": "add", "strategy": "add instead of multiply"}),
                  tool_use("t4", "edit_kernel", {"search": "x * 2.0, mask", "replace": "x + x, mask",
                                                 "strategy": "S1", "note": "x + x"})]),
-        Message([tool_use("t5", "evaluate", {}), tool_use("t7", "read_kernel", {"attempt": 1})]),
+        Message([tool_use("t5", "evaluate", {}), tool_use("t7", "read_kernel", {"attempt": 2})]),
         Message([tool_use("t6", "finish", {"reason": "done"})]),
     ]
     with FakeAnthropic(script) as server:
@@ -125,14 +125,14 @@ def test_multi_turn_tool_use_is_streamed_and_journaled_as_deltas(tmp_path, task)
     for event, body in zip(requests, bodies):
         # the pinned prefix is journaled as a hash, never re-stored each turn
         assert len(event.data["delta"]) == 1 and "You are a GPU-kernel engineer" not in json.dumps(event.data)
-    # tool results are complete: the goal, the seed source, the evaluation report
+    # tool results are complete: the goal, the seed source (attempt 1, the starting kernel), the evaluation report
     second = all_text(bodies[1])
     assert "tolerance" not in second or "rel_rms <= 1e-06" in second
     assert "rel_rms <= 1e-06" in second and "def forward(x: torch.Tensor)" in second
     fourth = json.dumps(bodies[3]["messages"][-1])
     assert "verdict: ok" in fourth and "speedup (geomean): 1.5x" in fourth
-    # the source of attempt 1 travels as a reference in the journal and as text in the request
-    assert '"source_of": 1' in json.dumps(requests[3].data["delta"])
+    # the source of attempt 2 (the edit) travels as a reference in the journal and as text in the request
+    assert '"source_of": 2' in json.dumps(requests[3].data["delta"])
     assert '"source_of"' not in json.dumps(bodies) and "tl.store(y_ptr + offs, x + x, mask=mask)" in all_text(bodies[3])
     # tokens and cost per call, summed in the state
     responses = [e.data for e in journal(files, "llm.response")]

@@ -103,6 +103,33 @@ def test_claude_is_the_default_with_a_key_and_show_prompt_at_prints_what_the_mod
         assert early.startswith("no model request at or before seq 2")
 
 
+def test_a_first_evaluate_evaluates_the_starting_kernel_which_is_attempt_1(tmp_path):
+    start = tmp_path / "mine.py"
+    start.write_text(SEED.replace("x * 2.0", "x + x"))
+    script = [
+        Message([tool_use("t1", "write_kernel", {"source": start.read_text()})]),  # the start, verbatim
+        Message([tool_use("t2", "evaluate", {})]),
+        Message([tool_use("t3", "finish", {"reason": "measured the start"})]),
+    ]
+    sessions = tmp_path / "s"
+    with FakeAnthropic(script) as server:
+        run = wb("run", "tiny", "--headless", "--device", "cpu", "--start", str(start), "--sessions-dir",
+                 str(sessions), server=server)
+        assert run.returncode == 0, run.stderr
+        first_request = all_text(server.requests[0])
+    events = list(read_events(next(sessions.glob("*/events.jsonl"))))
+    written = [e.data for e in events if e.type == "attempt.written"]
+    assert len(written) == 1 and written[0]["attempt"] == 1 and written[0]["author"] == "start"
+    assert written[0]["source"] == start.read_text() and written[0]["note"] == "--start mine.py"
+    assert written[0]["params"] == {"BLOCK": 64} and written[0]["parent"] is None
+    assert "attempt 1 is the kernel this session starts from" in first_request
+    results = [e.data for e in events if e.type == "tool.result"]
+    assert "identical to attempt 1 (not evaluated)" in results[0]["error"]
+    assert results[1]["ok"] and results[1]["summary"].startswith("attempt 1: ok")
+    assert [e.data["attempt"] for e in events if e.type == "eval.finished" and "check" not in e.data] == [1]
+    assert "attempt    1  ok" in run.stdout and "[--start mine.py]" in run.stdout
+
+
 def good(i):
     return SEED + f"\n# rev {i}\n"
 

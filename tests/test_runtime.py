@@ -145,7 +145,7 @@ def test_inbox_nudge_and_pause_resume_at_step_boundaries(tmp_path):
     started = time.monotonic()
     worker.start()
     worker.join(0.6)
-    assert worker.is_alive() and runtime.state.status == "paused" and not runtime.state.attempts
+    assert worker.is_alive() and runtime.state.status == "paused" and runtime.state.evaluated == 0
     commands.put(Command("resume"))
     worker.join(10)
     wall = time.monotonic() - started

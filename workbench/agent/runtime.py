@@ -27,6 +27,7 @@ from workbench.agent.evaluation import Evaluated, Evaluations, Evaluator, Kernel
 from workbench.agent.memory import SessionMemory, plan_compaction
 from workbench.agent.sink import NullSink, RunSink
 from workbench.agent.tools import TOOLS, ToolContext, ToolError, check_args
+from workbench.agent.tunables import TunablesError, read_declared
 from workbench.evaluator.errors import EvalCancelled
 from workbench.journal import Event
 from workbench.journal.events import AttemptWritten, RunStarted, RunStopped, ToolCalled, ToolResult
@@ -118,6 +119,7 @@ class AgentRuntime:
                                                  device=self.device)))
         try:
             self._recover_in_flight()
+            self._write_start()
             self._confirm_best()
             reason, final = self._loop(stop, commands)
         except BaseException as exc:
@@ -187,6 +189,20 @@ class AgentRuntime:
                                                            "finished")))
         for attempt in self.state.attempts.values():
             self.attempt_path(attempt.n)
+
+    def _write_start(self) -> None:
+        """The kernel the session starts from is attempt 1 (author 'start'), journaled like any other, so a first
+        `evaluate` evaluates it. A session journaled before this rule gets it on resume if it has no attempt yet; one
+        with attempts keeps its numbering."""
+        if self.state.attempts:
+            return
+        source = self.backend.seed_source
+        try:  # the tunables it declares, as for a person's edit, so the tuner does not try them again
+            params = read_declared(source).config
+        except TunablesError:
+            params = {}
+        where = f"--start {Path(self.state.start_file).name}" if self.state.start_file else "the task's seed.py"
+        self.write_attempt(source, note=where, params=params, parent=None, author="start")
 
     def _confirm_best(self) -> None:
         """A best whose held-out check a stop or a kill cut short is checked now, before it counts."""

@@ -206,7 +206,7 @@ class AttemptWritten(TypedDict, total=False):
     parent: int | None
     sha256: str
     author: str
-    """'agent' or 'human' (an edit of the session's kernel.py)."""
+    """'agent', 'human' (an edit of the session's kernel.py) or 'start' (the kernel the session starts from)."""
     note: str
     params: dict[str, Any]
     source: str

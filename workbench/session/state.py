@@ -23,7 +23,8 @@ class Attempt:
     n: int
     sha256: str
     author: str
-    """'agent' or 'human': a human edit of the kernel file is an attempt too."""
+    """'agent', 'human' (a person's edit of the kernel file is an attempt too) or 'start' (attempt 1: the kernel
+    the session starts from, the task's seed or the --start file)."""
     parent: int | None = None
     note: str = ""
     params: dict[str, Any] = field(default_factory=dict)

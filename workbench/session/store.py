@@ -29,8 +29,10 @@ SCHEMA_VERSION = 2
 
 def _drop_cached_state(meta: dict) -> dict:
     """1 -> 2: the cached state lacks Attempt.checked (whether a held-out check was journaled), which only the
-    journal can tell: the state is folded again from it on the next open."""
-    meta.pop("state", None)
+    journal can tell: the state is folded again from it on the next open. The list's fields are kept."""
+    state = meta.pop("state", None)
+    if isinstance(state, dict) and not isinstance(meta.get("summary"), dict):
+        meta["summary"] = summary.summarize(state)
     return meta
 
 

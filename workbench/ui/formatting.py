@@ -237,7 +237,8 @@ def _attempt_written(data: ev.AttemptWritten) -> str:
     parent = f" ← {data['parent']}" if data.get("parent") is not None else ""
     params = f" [{compact(data['params'], 80)}]" if data.get("params") else ""
     note = f": {data['note']}" if data.get("note") else ""
-    return f"attempt {data.get('attempt', '?')}{parent} by {data.get('author', 'agent')}{note}{params}"
+    who = "the starting kernel" if data.get("author") == "start" else f"by {data.get('author', 'agent')}"
+    return f"attempt {data.get('attempt', '?')}{parent} {who}{note}{params}"
 
 
 @_says("eval.finished")

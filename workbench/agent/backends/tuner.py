@@ -43,13 +43,14 @@ class TunerBackend(StepBackend):
 
     # -- decisions -----------------------------------------------------------------------------
     def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish:
-        """Re-evaluate an interrupted attempt, evaluate the seed, or try the next untried config."""
+        """Evaluate what is not evaluated yet (the starting kernel, attempt 1; an interrupted attempt), or try the
+        next untried config."""
         for attempt in sorted(state.attempts.values(), key=lambda a: a.n):
             if attempt.verdict is None:
                 return ToolCall("evaluate", {"attempt": attempt.n})
         if not state.attempts:
-            declared = self._declared(self.seed_source)
-            return ToolCall("evaluate", {"source": self.seed_source, "note": "seed", "params": declared.config})
+            return Finish("no kernel to tune: the session has no attempt (the runtime writes the starting kernel "
+                          "as attempt 1)")
         base = state.best_attempt
         if base is None:
             first = state.attempts[min(state.attempts)]

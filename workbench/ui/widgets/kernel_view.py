@@ -176,14 +176,14 @@ class KernelView(Pane):
     def _title(self, attempt: Attempt) -> None:
         parent = f" ← {attempt.parent}" if attempt.parent is not None else ""
         if attempt.verdict is None:
-            result = ("evaluating…", "$foreground-muted")
+            result = ("not evaluated yet", "$foreground-muted")
         elif attempt.verdict == "ok":
             result = (f"ok {fmt.speedup(attempt.speedup)}", "$text-success")
         else:
             result = (attempt.verdict, "$text-error")
         star = (" ★ best", "bold $text-accent") if self.best == attempt.n else ""
         view = ("" if self.view == "source" else (f" · diff vs {_ROLE[self.view]}", "bold $text-accent"))
-        # Agent attempts are the rule; only a person's edit is worth the room in a narrow title.
-        author = "" if attempt.author == "agent" else f" · {attempt.author}"
+        # Agent attempts are the rule; a person's edit and the starting kernel are worth the room in a narrow title.
+        author = {"agent": "", "start": " · starting kernel"}.get(attempt.author, f" · {attempt.author}")
         # Content, not a str: border titles parse markup, and notes are free text.
         self.border_title = Content.assemble(f"kernel · attempt {attempt.n}{parent}{author} · ", result, star, view)
