@@ -340,6 +340,14 @@ def test_read_file_stays_inside_the_task_and_session_folders(tmp_path, task):
     files.close()
 
 
+def test_the_back_off_doubles_up_to_its_cap_and_never_passes_it():
+    policy = RetryPolicy()
+    waits = [policy.wait(n, None) for n in range(1, 200)]
+    assert max(waits) <= policy.backoff_max == 30.0
+    assert waits[0] <= 1.0 and 1.5 <= waits[1] <= 2.0 and min(waits[6:]) >= 0.75 * 30.0
+    assert policy.wait(3, 120.0) == 120.0 and policy.wait(3, 5000.0) == policy.max_wait, "retry-after, up to a cap"
+
+
 def test_key_and_model_are_checked_before_a_run(tmp_path, task):
     with FakeAnthropic([]) as server:
         good = anthropic.Anthropic(api_key=KEY, base_url=server.base_url, max_retries=0)

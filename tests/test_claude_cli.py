@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("anthropic")
 
-from fake_anthropic import KEY, FakeAnthropic, Message, Status, all_text, text, tool_use  # noqa: E402
+from fake_anthropic import KEY, Drop, FakeAnthropic, Message, Status, all_text, text, tool_use  # noqa: E402
 from workbench.agent.memory import SessionMemory  # noqa: E402
 from workbench.journal import read_events  # noqa: E402
 from workbench.session import SessionStore  # noqa: E402
@@ -45,7 +45,7 @@ KILLED_EVAL = 705
 """The second kill lands while this evaluation runs: its intent is journaled, its result never is."""
 
 
-def env(server=None, key=KEY):
+def env(server=None, key=KEY, base_url=None):
     out = {**os.environ, "PYTHONPATH": str(ROOT), "WORKBENCH_KERNELS": str(FIXTURES)}
     out.pop("ANTHROPIC_AUTH_TOKEN", None)
     if key is None:
@@ -54,6 +54,8 @@ def env(server=None, key=KEY):
         out["ANTHROPIC_API_KEY"] = key
     if server is not None:
         out["ANTHROPIC_BASE_URL"] = server.base_url
+    if base_url is not None:
+        out["ANTHROPIC_BASE_URL"] = base_url
     return out
 
 
@@ -72,6 +74,84 @@ def test_missing_rejected_key_and_unknown_model_are_one_line_exit_2(tmp_path):
         proc = wb("run", "tiny", "--model", "nope-9", "--headless", "--sessions-dir", str(tmp_path), server=server)
         assert proc.returncode == 2 and "does not know model 'nope-9'" in proc.stderr
     assert not tmp_path.exists() or not any(tmp_path.iterdir()), "no session is created before the key is checked"
+
+
+def test_an_unreachable_model_api_is_one_line_and_exit_2_before_a_session_is_made(tmp_path):
+    sessions = tmp_path / "s"
+    for url, why in (("http://127.0.0.1:1", "connection refused"),
+                     ("http://no-such-host.invalid:8080", "does not resolve")):
+        proc = wb("run", "tiny", "--agent", "claude", "--headless", "--sessions-dir", str(sessions), base_url=url)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"cannot reach the model API at {url}" in proc.stderr and why in proc.stderr, proc.stderr
+    assert not sessions.exists() or not any(sessions.iterdir()), "no session is made for an API nobody can reach"
+    # a resume of a stopped session, with the API gone since: one line, and the journal untouched
+    with FakeAnthropic([Message([tool_use("t1", "read_task")])]) as server:
+        run = wb("run", "tiny", "--headless", "--device", "cpu", "--max-tool-calls", "1", "--sessions-dir",
+                 str(sessions), server=server)
+        assert run.returncode == 0, run.stderr
+        url = server.base_url
+    (journal,) = sessions.glob("*/events.jsonl")
+    before = journal.read_bytes()
+    proc = wb("resume", run.stdout.splitlines()[0], "--headless", "--sessions-dir", str(sessions), base_url=url)
+    assert proc.returncode == 2 and "connection refused" in proc.stderr and proc.stderr.count("\n") == 1
+    assert journal.read_bytes() == before
+
+
+def test_an_outage_mid_run_is_waited_out_with_capped_back_off_and_said_so(tmp_path):
+    outage: list[float] = []
+
+    def on_request(body, index):
+        if index == 1 and not outage:  # the API goes away with this request in flight, for 3 s
+            outage.append(time.monotonic())
+            server.go_away()
+            threading.Timer(3.0, server.come_back).start()
+
+    script = [Message([tool_use("t1", "read_task")]), Drop(Message([text("cut short")]), after=1),
+              Message([tool_use("t2", "finish", {"reason": "back again"})])]
+    sessions = tmp_path / "s"
+    with FakeAnthropic(script, on_request=on_request) as server:
+        run = wb("run", "tiny", "--headless", "--device", "cpu", "--sessions-dir", str(sessions), server=server)
+        requests = list(server.requests)
+    assert run.returncode == 0, run.stderr
+    events = list(read_events(next(sessions.glob("*/events.jsonl"))))
+    failed = [e.data for e in events if e.type == "llm.response" and not e.data["ok"]]
+    assert len(failed) >= 2 and [f["try"] for f in failed] == list(range(1, len(failed) + 1))
+    assert any("Connection refused" in f["error"] for f in failed), failed
+    assert all(0 < f["retry_in"] <= 30 for f in failed)
+    assert "waiting for the model API (retry 2 in" in run.stdout
+    assert events[-2].data == {"reason": "the model finished: back again", "final": True}
+    assert requests[-1] == requests[1], "after the outage the journaled request is sent again, unchanged"
+
+
+def test_past_max_api_wait_the_run_stops_resumable_and_resumes_once_the_api_is_back(tmp_path):
+    def on_request(body, index):
+        if index == 0:  # the first reply still goes out; then the API is gone for good
+            server.go_away()
+
+    script = [Message([tool_use("t1", "read_task")]), Message([tool_use("t2", "finish", {"reason": "back"})])]
+    sessions = tmp_path / "s"
+    with FakeAnthropic(script, on_request=on_request) as server:
+        started = time.monotonic()
+        run = wb("run", "tiny", "--headless", "--device", "cpu", "--max-api-wait", "2", "--sessions-dir",
+                 str(sessions), server=server)
+        took = time.monotonic() - started
+        assert run.returncode == 0, run.stderr
+        session_id = run.stdout.splitlines()[0]
+        events = list(read_events(sessions / session_id / "events.jsonl"))
+        stopped = events[-2].data
+        assert events[-1].type == "checkpoint.written" and stopped["final"] is False
+        assert stopped["reason"].startswith("the model API kept failing for 2 s (--max-api-wait 2 s)")
+        assert "Connection refused" in stopped["reason"] and took < 30
+        assert f"stopped: {stopped['reason']}" in run.stdout
+        sent = len(server.requests)
+        server.come_back()
+        resumed = wb("resume", session_id, "--headless", "--sessions-dir", str(sessions), server=server)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "stopped: the model finished: back" in resumed.stdout
+    events = list(read_events(sessions / session_id / "events.jsonl"))
+    turns = [e.data["turn"] for e in events if e.type == "llm.request"]
+    assert sent == 1 and len(server.requests) == 2 and turns == [1, 2], \
+        "the request the outage cut off is journaled once, and the one the resume sent"
 
 
 def test_claude_is_the_default_with_a_key_and_show_prompt_at_prints_what_the_model_saw(tmp_path):

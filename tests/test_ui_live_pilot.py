@@ -285,6 +285,29 @@ async def test_eval_table_changes_rows_by_key() -> None:
         assert [table.get_row_at(i)[0].plain for i in range(table.row_count)] == ["S2", "S10"]
 
 
+async def test_the_status_line_counts_down_to_the_next_try_while_the_model_api_is_failing() -> None:
+    """From the journal alone (llm.response ok: false carries the wait), so an attached TUI shows it as well."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        status = live_screen(app).query_one(StatusBar)
+        last = load_events()[-1]
+        # 8 s before the frozen clock (22:14:02) the 3rd try failed and chose a 20 s wait: 12 s are left.
+        failed = {"ok": False, "turn": 7, "try": 3, "error": "APIConnectionError: Connection error. (Connection "
+                  "refused)", "status": 0, "retry_in": 20.0, "retry_after": False}
+        app.post_message(JournalEvent(Event(last.seq + 1, "2026-11-29T22:13:54.000Z", "llm.response", failed, "")))
+        await wait_for(lambda: app.state.last_seq == last.seq + 1)
+        live_screen(app).flush()
+        await pilot.pause()
+        assert "waiting for the model API (retry 3 in 12 s)" in str(status.query_one("#clock").render())
+        reply = {"ok": True, "turn": 7, "try": 4, "content": [], "input_tokens": 10, "output_tokens": 5}
+        app.post_message(JournalEvent(Event(last.seq + 2, "2026-11-29T22:14:01.000Z", "llm.response", reply, "")))
+        await wait_for(lambda: app.state.last_seq == last.seq + 2)
+        live_screen(app).flush()
+        await pilot.pause()
+        assert "waiting for the model API" not in str(status.query_one("#clock").render())
+
+
 async def test_eval_table_columns_widen_when_an_update_brings_longer_values() -> None:
     """Rows are updated in place; a longer value must widen its column, not be clipped to the old width."""
     app, runtime = make_live_app()

@@ -38,7 +38,7 @@ def _budget(args: argparse.Namespace, base: dict[str, Any] | None = None):
 
     values = dict(base or {})
     flags = {"plateau": "plateau", "roofline_fraction": "roofline-fraction", "context_tokens": "context-budget"}
-    for key in ("max_iterations", "max_tool_calls", "max_hours", "max_cost", *flags):
+    for key in ("max_iterations", "max_tool_calls", "max_hours", "max_cost", "max_api_wait", *flags):
         value = getattr(args, key, None)
         if value is not None:
             flag = "--" + flags.get(key, key.replace("_", "-"))
@@ -94,8 +94,13 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
         raise CliError(str(exc)) from None
     backend = spec.create(options)
     if spec.transport is not None and backend.model:
+        from workbench.agent.backends import reach
+
+        transport = spec.transport()
         try:
-            warning = spec.transport().check_access(backend.model)
+            # A refused connection or a name that does not resolve is known in milliseconds; a host that does not
+            # answer would make the access check wait out its own timeout as well.
+            warning = reach.check(transport.base_url) or transport.check_access(backend.model)
         except BackendError as exc:
             raise CliError(str(exc)) from None
         if warning:
@@ -767,6 +772,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--max-tool-calls", type=int, help="stop after this many tool calls")
         p.add_argument("--max-hours", type=float, help="stop after this much running time")
         p.add_argument("--max-cost", type=float, help="stop after this much model spend (USD)")
+        p.add_argument("--max-api-wait", type=float, metavar="SECONDS",
+                       help="stop (resumable) once the model API has kept failing this long; until then failed "
+                            "requests are retried, at most 30 s apart (default 3600)")
         p.add_argument("--plateau", type=int, help="stop after N evaluated attempts without a new best")
         p.add_argument("--roofline-fraction", type=float,
                        help="stop once the best reaches this fraction of the roofline floor (0-1, e.g. 0.8)")

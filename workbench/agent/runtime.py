@@ -147,7 +147,7 @@ class AgentRuntime:
                 return f"budget: {exceeded}", False
             action = self.backend.next_action(self.state, self.task)
             if isinstance(action, Finish):
-                return action.reason, True
+                return action.reason, action.final
             if action is not None:
                 self.call_tool(action)
             if self.memory.kind == "tools":

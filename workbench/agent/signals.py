@@ -50,10 +50,15 @@ class StopSignals:
         self._thread = threading.Thread(target=self._watch, name="stop signals", daemon=True)
 
     def install(self) -> "StopSignals":
-        """Put the handlers in place and start the watcher; returns self."""
+        """Put the handlers in place and start the watcher; returns self.
+
+        A signal this process was started ignoring stays ignored: `nohup` ignores SIGHUP so that a run outlives its
+        terminal, and a shell's background job ignores SIGINT.
+        """
         self._thread.start()
         for signum in STOP_SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def restore(self) -> None:

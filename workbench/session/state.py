@@ -79,6 +79,9 @@ class SessionState:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    api_wait: dict[str, Any] = field(default_factory=dict)
+    """While the model API is failing: the latest failed try ({'try', 'retry_in', 'error', 'ts'}), whose retry is
+    due retry_in seconds after ts; empty once a reply comes, or the run stops."""
     run_started_ts: str = ""
     """Start of the running interval now open ('' when not running)."""
     elapsed_s: float = 0.0
@@ -185,6 +188,7 @@ def _goal_set(state: SessionState, data: ev.GoalSet, seq: int, ts: str) -> None:
 @_on("run.started")
 def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) -> None:
     state.status, state.stop_reason = "running", ""
+    state.api_wait = {}
     state.run_started_ts = ts
     if "budget" in data:
         state.budget = dict(data["budget"])
@@ -205,6 +209,7 @@ def _run_stopped(state: SessionState, data: ev.RunStopped, seq: int, ts: str) ->
     _close_interval(state, ts)
     state.status = "finished" if data.get("final") else "stopped"
     state.stop_reason = data.get("reason", "")
+    state.api_wait = {}
 
 
 @_on("run.resumed")
@@ -287,6 +292,11 @@ def _memory_compacted(state: SessionState, data: ev.MemoryCompacted, seq: int, t
 
 @_on("llm.response")
 def _llm_response(state: SessionState, data: ev.LlmResponse, seq: int, ts: str) -> None:
+    if data.get("ok", True) or not data.get("retry_in"):
+        state.api_wait = {}  # a reply, or a failure that waits for nothing (the prompt was too long: compacted)
+    else:
+        state.api_wait = {"try": data.get("try", 0), "retry_in": data["retry_in"], "error": data.get("error", ""),
+                          "ts": ts}
     state.tokens_in += int(data.get("input_tokens", 0))
     state.tokens_out += int(data.get("output_tokens", 0))
     state.cost_usd += float(data.get("cost_usd", 0.0))

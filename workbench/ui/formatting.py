@@ -276,6 +276,9 @@ def _ledger_updated(data: ev.LedgerUpdated) -> str:
 
 @_says("llm.response")
 def _llm_response(data: ev.LlmResponse) -> str:
+    if data.get("ok") is False:
+        wait = f"; retry in {data['retry_in']:.1f} s" if isinstance(data.get("retry_in"), (int, float)) else ""
+        return f"try {data.get('try', '?')} failed: {data.get('error', '')}{wait}"
     cost = f" · ${data['cost_usd']:.4f}" if isinstance(data.get("cost_usd"), (int, float)) else ""
     return f"{data.get('input_tokens', 0)} in / {data.get('output_tokens', 0)} out tokens{cost}"
 

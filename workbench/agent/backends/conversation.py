@@ -8,8 +8,12 @@ credentials) is the Transport's.
 
 Retries are ours, not an SDK's: each failed try is journaled as an llm.response with ok: false, its error and the
 wait chosen; a retry-after from the server is honoured (up to a cap), otherwise the wait backs off exponentially
-with jitter. The wait is cooperative: a stop ends it at once and the journaled request is simply sent again on
-resume. A prompt the model finds too long is compacted harder and sent once more.
+with jitter, never above RetryPolicy.backoff_max (30 s), so an outage is noticed over within half a minute of its end.
+A day-long run outlives a network blip: a retryable failure is tried again for as long as the model API has been
+failing for less than the run's --max-api-wait (default RetryPolicy.max_api_wait, one hour); past it the run stops
+cleanly, resumable. Every wait is announced ("waiting for the model API (retry n in s)") and cooperative: a stop ends
+it at once and the journaled request is simply sent again on resume. A prompt the model finds too long is compacted
+harder and sent once more.
 """
 
 from __future__ import annotations
@@ -52,20 +56,24 @@ SHRINK = 0.6
 class RetryPolicy:
     """How long to wait before trying a failed request again, and when to give up."""
 
-    max_retries: int = 8
+    max_retries: int | None = None
+    """Failed tries after which the run fails (None: no count; the time budget, max_api_wait, decides)."""
     backoff_base: float = 1.0
     """Seconds before the first retry (doubling after each)."""
-    backoff_max: float = 60.0
-    """Longest back-off."""
+    backoff_max: float = 30.0
+    """Longest back-off, jitter included."""
     max_wait: float = 900.0
     """Longest wait honoured from a retry-after header."""
+    max_api_wait: float = 3600.0
+    """Seconds the model API may go on failing before the run stops (resumable), when the run sets no
+    --max-api-wait."""
 
     def wait(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait after the `attempt`-th failed try."""
         if retry_after is not None:
             return min(retry_after, self.max_wait)
         backoff = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-        return backoff * random.uniform(0.75, 1.25)
+        return backoff * random.uniform(0.75, 1.0)
 
 
 class ConversationBackend:
@@ -129,7 +137,10 @@ class ConversationBackend:
                 if memory.silent >= MAX_SILENT_TURNS:
                     return Finish(f"the model replied {memory.silent} times in a row without calling a tool")
                 self._request(state, memory)
-            if not self._exchange(state, memory):
+            outcome = self._exchange(state, memory)
+            if isinstance(outcome, Finish):
+                return outcome
+            if not outcome:
                 return None
         return None
 
@@ -200,11 +211,19 @@ class ConversationBackend:
         )))
 
     # -- one exchange with the API ---------------------------------------------------------------
-    def _exchange(self, state: SessionState, memory: SessionMemory) -> bool:
-        """Send the journaled request until a reply is journaled; False when a stop cut a retry wait short."""
+    def _exchange(self, state: SessionState, memory: SessionMemory) -> bool | Finish:
+        """Send the journaled request until a reply is journaled (True).
+
+        Returns:
+            False when a stop cut a retry wait short; a Finish that is not final when the model API kept failing
+            past the run's --max-api-wait (the request stays journaled: a resume sends it again).
+        """
         body = self.transport.request_body(build_prompt(memory, state), model=self.model, max_tokens=self.max_tokens)
         shrunk = False
-        for attempt in range(1, self.retry.max_retries + 2):
+        failing_since: float | None = None
+        attempt = 0
+        while True:
+            attempt += 1
             started = time.monotonic()
             try:
                 reply = self.transport.send(body)
@@ -218,14 +237,22 @@ class ConversationBackend:
                     body = self.transport.request_body(build_prompt(memory, state), model=self.model,
                                                        max_tokens=self.max_tokens)
                     continue
-                if attempt > self.retry.max_retries:
+                if self.retry.max_retries is not None and attempt > self.retry.max_retries:
                     raise BackendError(f"model API still failing after {attempt} tries: {exc}") from None
-                wait = self.retry.wait(attempt, exc.retry_after)
+                failing_since = started if failing_since is None else failing_since
+                failing = time.monotonic() - failing_since
+                limit = self.api_wait_limit()
+                if failing >= limit:
+                    self.ctx.emit("llm.response", {"ok": False, "turn": memory.turn, "try": attempt, "error": str(exc),
+                                                   "status": exc.status, "retry_after": exc.retry_after is not None})
+                    return Finish(f"the model API kept failing for {failing:.0f} s (--max-api-wait {limit:g} s): "
+                                  f"{exc}; resume once it answers", final=False)
+                wait = min(self.retry.wait(attempt, exc.retry_after), limit - failing)
                 self.ctx.emit("llm.response", {
                     "ok": False, "turn": memory.turn, "try": attempt, "error": str(exc), "status": exc.status,
                     "retry_in": round(wait, 3), "retry_after": exc.retry_after is not None,
                 })
-                self.ctx.notify(f"model API: {exc}; retry {attempt} in {wait:.1f} s", "warning")
+                self.ctx.notify(f"waiting for the model API (retry {attempt} in {wait:.1f} s): {exc}", "warning")
                 if self.ctx.wait(wait):
                     return False
                 continue
@@ -236,7 +263,11 @@ class ConversationBackend:
                 "cost_usd": cost, "priced": known, "ms": round((time.monotonic() - started) * 1000, 1),
             })
             return True
-        return False
+
+    def api_wait_limit(self) -> float:
+        """Seconds the model API may go on failing: the run's --max-api-wait, else the policy's default."""
+        limit = self.ctx.budget.max_api_wait
+        return self.retry.max_api_wait if limit is None else float(limit)
 
     def _shrink(self, state: SessionState, memory: SessionMemory, error: str, attempt: int, status: int) -> bool:
         """After a context-length error: journal the failed try, compact the window to SHRINK of what was sent."""
