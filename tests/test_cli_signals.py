@@ -1,9 +1,6 @@
 """Signals and deaths of a headless run, in real processes: SIGTERM and a terminal hangup stop it cleanly during an
-evaluation (aborted, journaled, checkpointed, resumable), and however the run dies no process of it is left.
-
-Every process a run starts carries the run's TMPDIR (the trusted side gets the parent's environment less credentials,
-candidate processes an allowlist that keeps TMPDIR), so /proc tells which processes belong to the run.
-"""
+evaluation (aborted, journaled, checkpointed, resumable), and however the run dies no process of it is left (found by
+the run's TMPDIR, see run_processes)."""
 
 from __future__ import annotations
 
@@ -18,19 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from run_processes import candidate_started, run_processes, slow_kernel
+
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "fixtures" / "tasks"
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc to find processes")]
-
-
-def slow_kernel(path: Path) -> Path:
-    """The tiny task's seed with a forward that never returns: its evaluation lasts until its time limit."""
-    seed = (TASKS / "tiny" / "seed.py").read_text()
-    path.write_text(seed.replace("def forward(x: torch.Tensor) -> torch.Tensor:\n",
-                                 "def forward(x: torch.Tensor) -> torch.Tensor:\n    while True:\n        pass\n"))
-    return path
 
 
 class Run:
@@ -53,24 +44,15 @@ class Run:
     def wait_for_candidate(self, alive, timeout: float = 120) -> None:
         """Until a candidate process has been handed the kernel (its private copy exists), and a moment more."""
         deadline = time.monotonic() + timeout
-        while not list(self.tmp.glob("workbench-eval-*/candidate/kernel.py")):
+        while not candidate_started(self.tmp):
             assert alive(), "the run ended before its evaluation began"
             assert time.monotonic() < deadline, "no evaluation began"
             time.sleep(0.05)
         time.sleep(1.0)  # the candidate is in its never-ending forward now
 
     def processes(self) -> list[int]:
-        """Live processes of this run (their environment carries its TMPDIR)."""
-        mark = f"TMPDIR={self.tmp}".encode()
-        found = []
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                if mark in (proc / "environ").read_bytes().split(b"\0"):
-                    if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                        found.append(int(proc.name))
-            except OSError:
-                continue
-        return found
+        """Live processes of this run."""
+        return run_processes(self.tmp)
 
     def events(self) -> list[dict]:
         (journal,) = self.sessions.glob("*/events.jsonl")

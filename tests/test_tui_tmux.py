@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from run_processes import candidate_started, run_processes, slow_kernel
 from workbench.journal import read_events
 from workbench.session.state import fold
 
@@ -169,29 +170,6 @@ def test_run_killed_in_tmux_resumes_as_the_same_session(tmux: Tmux, tmp_path: Pa
     assert aborted == set(before.in_flight), "a tool call the kill interrupted is closed as aborted on resume"
 
 
-def _slow_kernel(path: Path) -> Path:
-    """The tiny task's seed with a forward that never returns: its evaluation lasts until its time limit."""
-    seed = (REPO / "tests" / "fixtures" / "tasks" / "tiny" / "seed.py").read_text(encoding="utf-8")
-    path.write_text(seed.replace("def forward(x: torch.Tensor) -> torch.Tensor:\n",
-                                 "def forward(x: torch.Tensor) -> torch.Tensor:\n    while True:\n        pass\n"),
-                    encoding="utf-8")
-    return path
-
-
-def _marked(tmpdir: Path) -> list[int]:
-    """Live processes whose environment carries this TMPDIR (the run and every process it started)."""
-    mark = f"TMPDIR={tmpdir}".encode()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if mark in (entry / "environ").read_bytes().split(b"\0") and \
-                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("how", ["SIGTERM", "hangup"])
 def test_sigterm_and_a_hangup_stop_a_tui_run_as_they_stop_a_headless_one(how: str, tmux: Tmux, tmp_path: Path) -> None:
     """Textual handles neither signal; by default each ended the TUI at once, with no run.stopped."""
@@ -203,11 +181,11 @@ def test_sigterm_and_a_hangup_stop_a_tui_run_as_they_stop_a_headless_one(how: st
            "WORKBENCH_KERNELS": str(REPO / "tests" / "fixtures" / "tasks"), "COLUMNS": SIZE[0], "LINES": SIZE[1]}
     sessions = tmp_path / "sessions"
     tmux.start("run", env, "run", "tiny", "--agent", "tuner", "--device", "cpu", "--start",
-               str(_slow_kernel(tmp_path / "slow.py")), "--sessions-dir", str(sessions))
+               str(slow_kernel(tmp_path / "slow.py")), "--sessions-dir", str(sessions))
     pid = tmux.pid("run")
     try:
         deadline = time.monotonic() + 120
-        while not list(tmpdir.glob("workbench-eval-*/candidate/kernel.py")):
+        while not candidate_started(tmpdir):
             assert tmux.alive("run") and time.monotonic() < deadline, "no evaluation began"
             time.sleep(0.1)
         time.sleep(1.0)  # the candidate is in its never-ending forward
@@ -220,11 +198,11 @@ def test_sigterm_and_a_hangup_stop_a_tui_run_as_they_stop_a_headless_one(how: st
             time.sleep(0.1)
         assert not Path(f"/proc/{pid}").exists(), f"the TUI did not exit after {how}"
         end = time.monotonic() + 1.0
-        while _marked(tmpdir) and time.monotonic() < end:
+        while run_processes(tmpdir) and time.monotonic() < end:
             time.sleep(0.05)
-        assert _marked(tmpdir) == [], "no process of the run outlives it"
+        assert run_processes(tmpdir) == [], "no process of the run outlives it"
     finally:
-        kill(_marked(tmpdir))
+        kill(run_processes(tmpdir))
     (journal,) = sessions.glob("*/events.jsonl")
     events = [e.to_dict() for e in read_events(journal)]
     reason = "stopped by signal SIGTERM" if how == "SIGTERM" else "stopped by signal SIGHUP (the terminal hung up)"
