@@ -194,9 +194,9 @@ class AgentRuntime:
         """The kernel the session starts from is attempt 1 (author 'start'), journaled like any other, so a first
         `evaluate` evaluates it. A session journaled before this rule gets it on resume if it has no attempt yet; one
         with attempts keeps its numbering."""
-        if self.state.attempts:
-            return
         source = self.backend.seed_source
+        if self.state.attempts or not source.strip():
+            return
         try:  # the tunables it declares, as for a person's edit, so the tuner does not try them again
             params = read_declared(source).config
         except TunablesError:
