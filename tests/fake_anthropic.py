@@ -4,7 +4,9 @@ It speaks the wire format the SDK reads: SSE streams (message_start, content_blo
 message_stop, ping and error events) over chunked HTTP/1.1, JSON error bodies with retry-after headers, and
 GET /v1/models/{id} for the pre-run key check. A script decides each reply: a message (text and tool_use
 blocks, optionally with malformed argument JSON), an HTTP error, an error event mid-stream, or a connection
-dropped mid-stream. Every request body is recorded for assertions; credentials are checked, never stored.
+dropped mid-stream. The server can also go away (its port then refuses connections) and come back on the same
+port, as an API behind a network outage does. Every request body is recorded for assertions; credentials are
+checked, never stored.
 """
 
 from __future__ import annotations
@@ -116,12 +118,14 @@ class FakeAnthropic:
         self.model_checks: list[str] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._handler: type[BaseHTTPRequestHandler] | None = None
+        self._port = 0
 
     @property
     def base_url(self) -> str:
-        """What the client's base_url (or ANTHROPIC_BASE_URL) must be."""
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        """What the client's base_url (or ANTHROPIC_BASE_URL) must be (the same while the server is away)."""
+        assert self._port
+        return f"http://127.0.0.1:{self._port}"
 
     def __enter__(self) -> "FakeAnthropic":
         fake = self
@@ -209,17 +213,35 @@ class FakeAnthropic:
                     self._chunk(event, payload)
                 self.wfile.write(b"0\r\n\r\n")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._handler = Handler
+        self._listen()
+        return self
+
+    def _listen(self) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), self._handler)  # type: ignore[arg-type]
+        self._port = self._server.server_address[1]
         self._server.daemon_threads = True
         # A client killed mid-reply leaves a broken pipe behind; that is the point of those tests, not an error.
         self._server.handle_error = lambda request, address: None  # type: ignore[method-assign]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
+
+    def go_away(self) -> None:
+        """Stop listening: connections to the port are refused until come_back(). From a request's handler (on_request)
+        the reply in progress is still sent: only the next connection is refused."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def come_back(self) -> None:
+        """Listen again on the same port (base_url is unchanged)."""
+        with self._lock:
+            if self._server is None:
+                self._listen()
 
     def __exit__(self, *exc: Any) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        self.go_away()
 
     def _authorised(self, headers: Any) -> bool:
         given = headers.get("x-api-key") or (headers.get("authorization") or "").removeprefix("Bearer ")

@@ -103,7 +103,7 @@ def test_multi_turn_tool_use_is_streamed_and_journaled_as_deltas(tmp_path, task)
         Message([tool_use("t3", "ledger", {"action": "add", "strategy": "add instead of multiply"}),
                  tool_use("t4", "edit_kernel", {"search": "x * 2.0, mask", "replace": "x + x, mask",
                                                 "strategy": "S1", "note": "x + x"})]),
-        Message([tool_use("t5", "evaluate", {}), tool_use("t7", "read_kernel", {"attempt": 1})]),
+        Message([tool_use("t5", "evaluate", {}), tool_use("t7", "read_kernel", {"attempt": 2})]),
         Message([tool_use("t6", "finish", {"reason": "done"})]),
     ]
     with FakeAnthropic(script) as server:
@@ -125,14 +125,14 @@ def test_multi_turn_tool_use_is_streamed_and_journaled_as_deltas(tmp_path, task)
     for event, body in zip(requests, bodies):
         # the pinned prefix is journaled as a hash, never re-stored each turn
         assert len(event.data["delta"]) == 1 and "You are a GPU-kernel engineer" not in json.dumps(event.data)
-    # tool results are complete: the goal, the seed source, the evaluation report
+    # tool results are complete: the goal, the seed source (attempt 1, the starting kernel), the evaluation report
     second = all_text(bodies[1])
     assert "tolerance" not in second or "rel_rms <= 1e-06" in second
     assert "rel_rms <= 1e-06" in second and "def forward(x: torch.Tensor)" in second
     fourth = json.dumps(bodies[3]["messages"][-1])
     assert "verdict: ok" in fourth and "speedup (geomean): 1.5x" in fourth
-    # the source of attempt 1 travels as a reference in the journal and as text in the request
-    assert '"source_of": 1' in json.dumps(requests[3].data["delta"])
+    # the source of attempt 2 (the edit) travels as a reference in the journal and as text in the request
+    assert '"source_of": 2' in json.dumps(requests[3].data["delta"])
     assert '"source_of"' not in json.dumps(bodies) and "tl.store(y_ptr + offs, x + x, mask=mask)" in all_text(bodies[3])
     # tokens and cost per call, summed in the state
     responses = [e.data for e in journal(files, "llm.response")]
@@ -338,6 +338,14 @@ def test_read_file_stays_inside_the_task_and_session_folders(tmp_path, task):
     assert "heldout" not in json.dumps(results[1]) and "outside its folder" in json.dumps(results[4])
     assert "top secret" not in json.dumps(server.requests)
     files.close()
+
+
+def test_the_back_off_doubles_up_to_its_cap_and_never_passes_it():
+    policy = RetryPolicy()
+    waits = [policy.wait(n, None) for n in range(1, 200)]
+    assert max(waits) <= policy.backoff_max == 30.0
+    assert waits[0] <= 1.0 and 1.5 <= waits[1] <= 2.0 and min(waits[6:]) >= 0.75 * 30.0
+    assert policy.wait(3, 120.0) == 120.0 and policy.wait(3, 5000.0) == policy.max_wait, "retry-after, up to a cap"
 
 
 def test_key_and_model_are_checked_before_a_run(tmp_path, task):

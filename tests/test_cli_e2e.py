@@ -145,6 +145,20 @@ def test_nudge_reaches_a_stopped_session_and_is_applied_on_resume(tmp_path):
     assert last["data"]["params"]["num_warps"] == 2
 
 
+def test_the_tuner_evaluates_the_starting_kernel_once_as_attempt_1(tmp_path):
+    sessions = tmp_path / "s"
+    run = wb("run", "softmax", "--headless", "--device", "cpu", "--max-iterations", "2", "--sessions-dir",
+             str(sessions))
+    assert run.returncode == 0, run.stderr
+    events = read_journal(next(sessions.glob("*/events.jsonl")))
+    written = [e["data"] for e in events if e["type"] == "attempt.written"]
+    assert [(w["attempt"], w["author"]) for w in written] == [(1, "start"), (2, "agent")]
+    assert written[0]["source"] == SEED.read_text() and written[0]["note"] == "the task's seed.py"
+    evaluated = [e["data"]["attempt"] for e in events if e["type"] == "eval.finished" and "check" not in e["data"]]
+    assert evaluated == [1, 2], "the seed is evaluated once, as attempt 1"
+    assert written[1]["params"] != written[0]["params"], "the tuner does not try the start's config again"
+
+
 def test_second_writer_is_refused_with_one_line(tmp_path):
     sessions = tmp_path / "s"
     run = wb("run", "softmax", "--headless", "--device", "cpu", "--max-iterations", "0", "--sessions-dir", str(sessions))

@@ -161,7 +161,7 @@ def test_evaluate_refuses_a_repeat_of_a_failed_strategy_until_forced(tmp_path):
         ToolCall("write_kernel", {"source": TILED, "strategy": "S1", "note": "tiling"}),
         ToolCall("evaluate", {}),
         ToolCall("ledger", {"action": "update", "id": "S1", "status": "failed", "why": "odd sizes break"}),
-        ToolCall("write_kernel", {"source": TILED + "\n# again\n", "parent": 1, "note": "retry"}),
+        ToolCall("write_kernel", {"source": TILED + "\n# again\n", "parent": 2, "note": "retry"}),
         ToolCall("evaluate", {}),
         ToolCall("evaluate", {"force": True}),
     ]
@@ -173,10 +173,10 @@ def test_evaluate_refuses_a_repeat_of_a_failed_strategy_until_forced(tmp_path):
     write_again, refused, forced = results[4], results[5], results[6]
     assert "already FAILED" in write_again["data"]["warnings"][0]["message"]
     assert not refused["ok"] and "not evaluated" in refused["error"] and "force=true" in refused["error"]
-    assert "#1 incorrect" in refused["error"]
+    assert "#2 incorrect" in refused["error"]  # attempt 1 is the starting kernel, BASE
     assert forced["ok"] and forced["data"]["forced_past"] == ["S1"]
     assert len(evaluated) == 2  # the refused call never reached the evaluator
     # evaluating a tagged attempt links it to its strategy as evidence
-    assert rt.state.ledger[0]["attempts"] == [1]
+    assert rt.state.ledger[0]["attempts"] == [2]
     assert rt.state.ledger[0]["evidence"][0]["verdict"] == "incorrect"
     files.close()

@@ -72,7 +72,7 @@ CONVERSATION = [
     Reply(calls=[Call("c3", "ledger", {"action": "add", "strategy": "add instead of multiply"}),
                  Call("c4", "edit_kernel", {"search": "x * 2.0, mask", "replace": "x + x, mask", "strategy": "S1",
                                             "note": "x + x"})]),
-    Reply("Now measure it.", [Call("c5", "evaluate", {}), Call("c6", "read_kernel", {"attempt": 1})]),
+    Reply("Now measure it.", [Call("c5", "evaluate", {}), Call("c6", "read_kernel", {"attempt": 2})]),
     Reply(calls=[Call("c7", "finish", {"reason": "done"})]),
 ]
 
@@ -101,7 +101,8 @@ def test_replies_with_several_tool_calls_run_in_order_and_the_context_is_rebuilt
             assert body["messages"][:len(previous)] == previous
             added = [m["role"] for m in body["messages"][len(previous):]]
             assert added == ["assistant", "tool", "tool", "user"]
-    # the tool results: the goal, the seed source, the evaluation report; the source of attempt 1 as text
+    # the tool results: the goal, the seed source, the evaluation report; the source of attempt 2 (the edit; attempt 1
+    # is the starting kernel) as text
     assert "rel_rms <= 1e-06" in all_text(bodies[1]) and "def forward(x: torch.Tensor)" in all_text(bodies[1])
     assert "verdict: ok" in all_text(bodies[3]) and "speedup (geomean): 1.5x" in all_text(bodies[3])
     assert "tl.store(y_ptr + offs, x + x, mask=mask)" in all_text(bodies[3])

@@ -400,12 +400,12 @@ def llm_session(tmp_path, backend, pool, budget=Budget()):
 
 def test_one_evaluate_call_runs_several_attempts_and_each_result_reaches_the_model_as_it_comes(tmp_path):
     calls: list = []
-    slow = lambda c: 1.0 if c["BLOCK"] == 4 else 0.0  # noqa: E731 - attempt 2 takes a second, attempt 1 none
+    slow = lambda c: 1.0 if c["BLOCK"] == 4 else 0.0  # noqa: E731 - attempt 3 takes a second, attempt 2 none
     script = [
         Message([tool_use("a", "write_kernel", {"source": variant(2)}),
                  tool_use("b", "write_kernel", {"source": variant(4)})]),
-        Message([tool_use("c", "evaluate", {"attempts": [1, 2]})]),
-        Message([text("Waiting for attempt 2.")]),
+        Message([tool_use("c", "evaluate", {"attempts": [2, 3]})]),  # attempt 1 is the starting kernel
+        Message([text("Waiting for attempt 3.")]),
         Message([tool_use("d", "finish", {"reason": "done"})]),
     ]
     with FakeAnthropic(script) as server:
@@ -415,17 +415,17 @@ def test_one_evaluate_call_runs_several_attempts_and_each_result_reaches_the_mod
         bodies = server.requests
     assert len(bodies) == 4
     third, fourth = all_text(bodies[2]), all_text(bodies[3])
-    assert "attempt 1: ok" in third and "still running: attempt 2" in third
-    assert "Evaluation of attempt 2 finished" not in third
-    assert "Evaluation of attempt 2 finished" in fourth and "verdict: ok" in fourth.split("attempt 2 finished")[1]
+    assert "attempt 2: ok" in third and "still running: attempt 3" in third
+    assert "Evaluation of attempt 3 finished" not in third
+    assert "Evaluation of attempt 3 finished" in fourth and "verdict: ok" in fourth.split("attempt 3 finished")[1]
     events = journal(files)
     results = [e for e in events if e.type == "tool.result" and e.data["tool"] == "evaluate"]
-    assert results[0].data["data"]["queued"] == [2]
+    assert results[0].data["data"]["queued"] == [3]
     # show --prompt-at rebuilds what the model saw, the late result included
     last = [e for e in events if e.type == "llm.request"][-1]
     prompt, _memory, _request = context_at(events, last.seq)
     tail = prompt.messages[-1]["content"]
-    assert any("Evaluation of attempt 2 finished" in b.get("text", "") for b in tail)
+    assert any("Evaluation of attempt 3 finished" in b.get("text", "") for b in tail)
     files.close()
 
 

@@ -17,6 +17,8 @@ from workbench.agent.runtime import AgentRuntime
 from workbench.agent.sink import RecordingSink
 from workbench.agent.tools import ToolError, confined_path
 from workbench.agent.tunables import read_declared
+from workbench.fleet.api import SlotInfo
+from workbench.fleet.local import LocalPool
 from workbench.journal import read_events
 from workbench.session import SessionStore
 from workbench.session.replay import load_state
@@ -145,7 +147,7 @@ def test_inbox_nudge_and_pause_resume_at_step_boundaries(tmp_path):
     started = time.monotonic()
     worker.start()
     worker.join(0.6)
-    assert worker.is_alive() and runtime.state.status == "paused" and not runtime.state.attempts
+    assert worker.is_alive() and runtime.state.status == "paused" and runtime.state.evaluated == 0
     commands.put(Command("resume"))
     worker.join(10)
     wall = time.monotonic() - started
@@ -163,6 +165,42 @@ def test_stop_event_ends_the_run_resumably(tmp_path):
     stop.set()
     assert runtime.run(stop) == "stopped by the person"
     assert runtime.state.status == "stopped"
+    files.close()
+
+
+class Stuck:
+    """A slot runner whose evaluation runs until the pool aborts it (or closes it)."""
+
+    def __init__(self) -> None:
+        self.started, self.aborted = threading.Event(), threading.Event()
+
+    def run(self, job):
+        self.started.set()
+        assert self.aborted.wait(30), "never aborted"
+        raise RuntimeError("killed")
+
+    def abort(self) -> None:
+        self.aborted.set()
+
+    def close(self) -> None:
+        self.aborted.set()
+
+
+def test_a_stop_request_aborts_the_evaluation_in_flight_and_journals_the_reason_and_the_job(tmp_path):
+    stuck = Stuck()
+    pool = LocalPool([(SlotInfo("cpu:0", "cpu"), stuck)])
+    files = SessionStore(tmp_path).create(task="toy", agent="tuner", model=None, device="cpu", budget={})
+    runtime = AgentRuntime(files, SessionState(), TASK, TunerBackend(SEED), device="cpu", budget=Budget(), pool=pool)
+    threading.Thread(target=lambda: stuck.started.wait(30) and runtime.request_stop("stopped by signal SIGTERM"),
+                     daemon=True).start()
+    started = time.monotonic()
+    assert runtime.run(threading.Event()) == "stopped by signal SIGTERM"
+    assert time.monotonic() - started < 10 and stuck.aborted.is_set()
+    events = list(read_events(files.dir / "events.jsonl"))
+    assert not [e for e in events if e.type == "eval.finished"] and runtime.state.attempts[1].verdict is None
+    (job,) = [e.data["job"] for e in events if e.type == "eval.queued"]
+    assert [e.type for e in events[-2:]] == ["run.stopped", "checkpoint.written"]
+    assert events[-2].data == {"reason": "stopped by signal SIGTERM", "final": False, "interrupted": [job]}
     files.close()
 
 

@@ -11,6 +11,7 @@ import pytest
 from workbench.devices import gpu_name
 from workbench.evaluator import EvaluationService
 from workbench.evaluator.selftest import CASES_DIR
+from workbench.evaluator.stats import StopRule
 from workbench.tasks import load_task
 
 pytestmark = pytest.mark.skipif(gpu_name() is None, reason="needs an NVIDIA GPU")
@@ -34,7 +35,8 @@ def test_a_candidate_is_timed_to_the_stated_precision_and_its_compiles_are_repor
     assert lo <= result["speedup"] <= hi
     for shape in result["shapes"]:
         assert shape["precision"] <= result["timing"]["precision_target"] or shape["reps"] >= 600
-        assert shape["blocks"] >= 4 and shape["spot_checks"] >= 4
+        # at least the stopping rule's blocks per side, and one spot check of the outputs in every candidate block
+        assert shape["blocks"] >= StopRule.min_blocks and shape["spot_checks"] == shape["blocks"]
     assert result["isolation"]["netns"] is True or os.environ.get("WORKBENCH_NO_NETNS")
     assert result["env"]["gpu"] and result["shapes"][0]["floor_ms"] > 0
 

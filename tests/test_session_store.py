@@ -173,6 +173,7 @@ def test_older_schema_is_migrated_explicitly(store: SessionStore, monkeypatch) -
     old = {k: v for k, v in meta.items() if k != "agent"}
     old |= {"schema_version": SCHEMA_VERSION - 1, "agent_name": "claude"}
     write_toml_atomic(path, old)
+    monkeypatch.delitem(store_module.MIGRATIONS, SCHEMA_VERSION - 1)
     with pytest.raises(SessionError, match="no migration"):
         store.open(session_id, writer=False)
 

@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from run_processes import candidate_started, run_processes, slow_kernel
 from workbench.journal import read_events
 from workbench.session.state import fold
 
@@ -167,3 +168,46 @@ def test_run_killed_in_tmux_resumes_as_the_same_session(tmux: Tmux, tmp_path: Pa
     aborted = {e["data"]["call_id"] for e in events[resumed_at:] if e["type"] == "tool.result" and
                e["data"].get("aborted")}
     assert aborted == set(before.in_flight), "a tool call the kill interrupted is closed as aborted on resume"
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "hangup"])
+def test_sigterm_and_a_hangup_stop_a_tui_run_as_they_stop_a_headless_one(how: str, tmux: Tmux, tmp_path: Path) -> None:
+    """Textual handles neither signal; by default each ended the TUI at once, with no run.stopped."""
+    config = tmp_path / "config.toml"
+    config.write_text('theme = "workbench-ansi"\ncursor_blink = false\n', encoding="utf-8")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(config), "ANTHROPIC_API_KEY": "", "TMPDIR": str(tmpdir),
+           "WORKBENCH_KERNELS": str(REPO / "tests" / "fixtures" / "tasks"), "COLUMNS": SIZE[0], "LINES": SIZE[1]}
+    sessions = tmp_path / "sessions"
+    tmux.start("run", env, "run", "tiny", "--agent", "tuner", "--device", "cpu", "--start",
+               str(slow_kernel(tmp_path / "slow.py")), "--sessions-dir", str(sessions))
+    pid = tmux.pid("run")
+    try:
+        deadline = time.monotonic() + 120
+        while not candidate_started(tmpdir):
+            assert tmux.alive("run") and time.monotonic() < deadline, "no evaluation began"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the candidate is in its never-ending forward
+        if how == "SIGTERM":
+            os.kill(pid, signal.SIGTERM)
+        else:
+            tmux("kill-session", "-t", "run")  # closes the pane's terminal: SIGHUP, then EIO on every write
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pid}").exists(), f"the TUI did not exit after {how}"
+        end = time.monotonic() + 1.0
+        while run_processes(tmpdir) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert run_processes(tmpdir) == [], "no process of the run outlives it"
+    finally:
+        kill(run_processes(tmpdir))
+    (journal,) = sessions.glob("*/events.jsonl")
+    events = [e.to_dict() for e in read_events(journal)]
+    reason = "stopped by signal SIGTERM" if how == "SIGTERM" else "stopped by signal SIGHUP (the terminal hung up)"
+    assert [e["type"] for e in events[-2:]] == ["run.stopped", "checkpoint.written"]
+    queued = [e["data"]["job"] for e in events if e["type"] == "eval.queued"]
+    assert events[-2]["data"] == {"reason": reason, "final": False, "interrupted": queued}
+    assert queued and not [e for e in events if e["type"] in ("eval.finished", "eval.failed")], \
+        "the evaluation in flight was aborted, judged nothing, and is named in run.stopped"

@@ -33,6 +33,10 @@ def test_every_fixture_event_is_one_aligned_line() -> None:
     [
         ("eval.finished", {"attempt": 3, "result": {"verdict": "incorrect", "message": "S1: rel_rms 0.9 > 1e-05",
                                                     "shapes": []}}, "attempt 3: incorrect — S1: rel_rms 0.9 > 1e-05"),
+        ("attempt.written", {"attempt": 1, "parent": None, "author": "start", "note": "--start mine.py",
+                             "params": {"BLOCK": 64}}, "attempt 1 the starting kernel: --start mine.py [BLOCK=64]"),
+        ("attempt.written", {"attempt": 3, "parent": 2, "author": "human", "note": "edited by hand (kernel.py)"},
+         "attempt 3 ← 2 by human: edited by hand (kernel.py)"),
         ("eval.finished", {"attempt": 4, "result": {"verdict": "ok", "speedup": 1.5, "timing_comparable": False,
                                                     "shapes": [{"ms": 0.25}, {"ms": 0.5}]}},
          "attempt 4: ok 1.50× 0.75 ms (timing not comparable)"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from concurrent.futures import Future
 
@@ -72,6 +73,25 @@ async def test_events_reach_the_log_in_batches_not_one_write_each(monkeypatch: p
         await settle(pilot, runtime)
     assert sum(writes) == 32
     assert len(writes) < 32 / 4, f"one write per event is what the flush tick exists to avoid: {writes}"
+
+
+async def test_a_stop_signal_stops_the_runtime_with_its_reason_says_so_then_exits() -> None:
+    release = threading.Event()
+    app, runtime = make_live_app(FakeRuntime(release=release))
+    messages: list[Message] = []
+    async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
+        await settle(pilot, runtime)
+        notes = capture_notes(app)
+        # What the signal watcher thread does on SIGTERM (WorkbenchApp.run installs it for a real terminal).
+        threading.Thread(target=app.stop_for_signal, args=(signal.SIGTERM,)).start()
+        await wait_for(runtime.saw_stop.is_set)
+        await wait_for(lambda: app.run_state == "stopping")
+        assert any("stopped by signal SIGTERM: stopping" in n for n in notes), notes
+        release.set()
+        await wait_for(lambda: not app.is_running)
+    assert app.return_value == "stopped by signal SIGTERM"
+    stopped = [m.event for m in messages if isinstance(m, JournalEvent) and m.event.type == "run.stopped"]
+    assert [e.data["reason"] for e in stopped] == ["stopped by signal SIGTERM"]
 
 
 async def test_q_stops_the_runtime_shows_stopping_then_exits() -> None:
@@ -263,6 +283,29 @@ async def test_eval_table_changes_rows_by_key() -> None:
         assert list(table.rows)[0] is before["S2"], "an existing row is updated in place, not re-added"
         assert table.get_cell("S2", "ms").plain == "0.02"
         assert [table.get_row_at(i)[0].plain for i in range(table.row_count)] == ["S2", "S10"]
+
+
+async def test_the_status_line_counts_down_to_the_next_try_while_the_model_api_is_failing() -> None:
+    """From the journal alone (llm.response ok: false carries the wait), so an attached TUI shows it as well."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        status = live_screen(app).query_one(StatusBar)
+        last = load_events()[-1]
+        # 8 s before the frozen clock (22:14:02) the 3rd try failed and chose a 20 s wait: 12 s are left.
+        failed = {"ok": False, "turn": 7, "try": 3, "error": "APIConnectionError: Connection error. (Connection "
+                  "refused)", "status": 0, "retry_in": 20.0, "retry_after": False}
+        app.post_message(JournalEvent(Event(last.seq + 1, "2026-11-29T22:13:54.000Z", "llm.response", failed, "")))
+        await wait_for(lambda: app.state.last_seq == last.seq + 1)
+        live_screen(app).flush()
+        await pilot.pause()
+        assert "waiting for the model API (retry 3 in 12 s)" in str(status.query_one("#clock").render())
+        reply = {"ok": True, "turn": 7, "try": 4, "content": [], "input_tokens": 10, "output_tokens": 5}
+        app.post_message(JournalEvent(Event(last.seq + 2, "2026-11-29T22:14:01.000Z", "llm.response", reply, "")))
+        await wait_for(lambda: app.state.last_seq == last.seq + 2)
+        live_screen(app).flush()
+        await pilot.pause()
+        assert "waiting for the model API" not in str(status.query_one("#clock").render())
 
 
 async def test_eval_table_columns_widen_when_an_update_brings_longer_values() -> None:

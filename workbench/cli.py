@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -39,7 +38,7 @@ def _budget(args: argparse.Namespace, base: dict[str, Any] | None = None):
 
     values = dict(base or {})
     flags = {"plateau": "plateau", "roofline_fraction": "roofline-fraction", "context_tokens": "context-budget"}
-    for key in ("max_iterations", "max_tool_calls", "max_hours", "max_cost", *flags):
+    for key in ("max_iterations", "max_tool_calls", "max_hours", "max_cost", "max_api_wait", *flags):
         value = getattr(args, key, None)
         if value is not None:
             flag = "--" + flags.get(key, key.replace("_", "-"))
@@ -111,8 +110,13 @@ def _backend(agent: str, task, model: str | None, state=None, start: str | None 
         raise CliError(f"--branches {branches}: the {agent} agent holds no conversation to branch; it keeps one "
                        "evaluation per slot in flight instead (--workers)")
     if spec.transport is not None and backend.model:
+        from workbench.agent.backends import reach
+
+        transport = spec.transport(backend.endpoint or endpoint)
         try:
-            warning = spec.transport(backend.endpoint or endpoint).check_access(backend.model)
+            # A refused connection or a name that does not resolve is known in milliseconds; a host that does not
+            # answer would make the access check wait out its own timeout as well.
+            warning = reach.check(transport.base_url) or transport.check_access(backend.model)
         except BackendError as exc:
             raise CliError(str(exc)) from None
         if warning:
@@ -347,22 +351,20 @@ def _drive(runtime, args: argparse.Namespace, files) -> int:
 
 
 def _run_headless(runtime, files) -> int:
-    from workbench.agent.headless import HeadlessSink
+    from workbench.agent.headless import HeadlessSink, say
+    from workbench.agent.signals import StopSignals, stop_reason
 
-    print(files.id, flush=True)
-    stop = threading.Event()
-
-    def _stop(signum, frame):  # SIGINT/SIGTERM stop at the next step boundary; the session stays resumable
-        stop.set()
-
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
+    say(files.id)
+    # SIGTERM, SIGHUP (an SSH hangup without tmux) and SIGINT stop at the next step boundary, or at once during an
+    # evaluation; run.stopped names the signal and the session stays resumable.
+    signals = StopSignals(lambda signum: runtime.request_stop(stop_reason(signum))).install()
     try:
-        runtime.run(stop, sink=HeadlessSink(runtime.state))
+        runtime.run(threading.Event(), sink=HeadlessSink(runtime.state))
     except Exception as exc:  # the error is journaled by the runtime; say it once and fail
-        print(f"workbench: run failed: {type(exc).__name__}: {exc} (session {files.id} is resumable)",
-              file=sys.stderr)
+        say(f"workbench: run failed: {type(exc).__name__}: {exc} (session {files.id} is resumable)", sys.stderr)
         return EXIT_FAIL
+    finally:
+        signals.restore()
     return EXIT_OK
 
 
@@ -868,6 +870,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--max-tool-calls", type=int, help="stop after this many tool calls")
         p.add_argument("--max-hours", type=float, help="stop after this much running time")
         p.add_argument("--max-cost", type=float, help="stop after this much model spend (USD)")
+        p.add_argument("--max-api-wait", type=float, metavar="SECONDS",
+                       help="stop (resumable) once the model API has kept failing this long; until then failed "
+                            "requests are retried, at most 30 s apart (default 3600)")
         p.add_argument("--plateau", type=int, help="stop after N evaluated attempts without a new best")
         p.add_argument("--roofline-fraction", type=float,
                        help="stop once the best reaches this fraction of the roofline floor (0-1, e.g. 0.8)")

@@ -61,7 +61,15 @@ class FakeRuntime:
         self.finished = threading.Event()
         """Set as run() returns."""
         self.commands_seen: list[Command] = []
+        self.stop_reason = ""
+        """What request_stop() was given (a signal's stop); '' for q."""
+        self._stop = threading.Event()
         self._last: Event | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """As AgentRuntime.request_stop: stop with this reason (the first one given wins)."""
+        self.stop_reason = self.stop_reason or reason
+        self._stop.set()
 
     def _emit(self, sink: RunSink, kind: str, data: dict[str, Any]) -> Event:
         last = self._last
@@ -74,6 +82,9 @@ class FakeRuntime:
 
     def run(self, stop: threading.Event, commands: "queue.Queue[Command]", sink: RunSink) -> str:
         """Replay, then serve commands until stop; returns the stop reason like AgentRuntime.run."""
+        if self._stop.is_set():
+            stop.set()
+        self._stop = stop
         try:
             for event in self.events:
                 if stop.is_set():
@@ -90,7 +101,7 @@ class FakeRuntime:
                 self.saw_stop.set()
                 if self.release is not None:
                     self.release.wait(10)
-                reason = "stopped by the person"
+                reason = self.stop_reason or "stopped by the person"
             else:
                 reason = "replay finished"
             self._emit(sink, "run.stopped", {"reason": reason, "final": False})

@@ -26,6 +26,9 @@ class Budget:
     """Stop once the best attempt reaches this fraction of the roofline (sum of floor_ms / sum of ms, 0-1]."""
     context_tokens: int | None = None
     """Not a stop: the model-context size (estimated tokens) past which older turns are compacted."""
+    max_api_wait: float | None = None
+    """Seconds the model API may go on failing (continuously) before the run stops, checked by an LLM backend between
+    its retries; None: the backend's default (RetryPolicy.max_api_wait)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The set limits only (TOML has no null)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from concurrent.futures import Future
 from typing import TextIO
@@ -9,6 +10,26 @@ from typing import TextIO
 from workbench.agent.sink import FleetView
 from workbench.journal import Event
 from workbench.session.state import SessionState
+
+
+def say(line: str, out: TextIO | None = None) -> bool:
+    """Print one line and flush; False when the output is gone (a hung-up terminal, a closed pipe).
+
+    A run must outlive its output: the journal is the record, so a failed print is dropped, and the descriptor is
+    pointed at /dev/null so later prints and the flush at exit do not fail again.
+    """
+    out = out or sys.stdout
+    try:
+        print(line, file=out, flush=True)
+        return True
+    except OSError:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, out.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
+        return False
 
 
 def progress_line(state: SessionState, n: int) -> str:
@@ -74,4 +95,4 @@ class HeadlessSink:
         return future
 
     def _print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        say(line, self.out)

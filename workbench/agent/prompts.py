@@ -160,8 +160,8 @@ def state_block(state: SessionState) -> str:
 
 def intro_text() -> str:
     """The first user message of a session."""
-    return ("Start: read the task and the seed kernel, record your first strategies in the ledger, then improve "
-            "the kernel. Work with tool calls only.")
+    return ("Start: attempt 1 is the kernel this session starts from (not evaluated yet). Read the task and that "
+            "kernel, record your first strategies in the ledger, then improve the kernel. Work with tool calls only.")
 
 
 def branch_text(branch: int, branches: int) -> str:

@@ -10,6 +10,10 @@ reports at every step boundary and while it waits; an evaluate call that waits f
 and closed when they are in; a model request runs on a thread of its own (BackendContext.offload) and its reply is
 journaled from here. So K branches (run --branches) never wait on each other's model calls or evaluations, and
 this thread stays the only one that writes the journal.
+
+A run stops at a step boundary when its `stop` event is set (the TUI's q) or `request_stop` says why (a signal);
+the evaluations in flight are then aborted (the pool is closed, killing their processes), run.stopped names them and
+the reason, and the next resume queues them again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from workbench.agent.memory import SessionMemory, plan_compaction
 from workbench.agent.sink import FleetView, NullSink, RunSink
 from workbench.agent.slots import evaluator_pool
 from workbench.agent.tools import TOOLS, Deferred, ToolContext, ToolError, check_args, link_evidence
+from workbench.agent.tunables import TunablesError, read_declared
 from workbench.journal import Event
 from workbench.journal.events import AttemptWritten, RunStarted, RunStopped, ToolCalled, ToolResult
 from workbench.session.revisions import sha256_text
@@ -71,6 +76,9 @@ class Branch:
     memory: SessionMemory
     finished: str | None = None
     """The backend's finish reason, once it has finished in this run."""
+    final: bool = True
+    """False when it finished because it cannot go on now (Finish.final: the model API kept failing): the run stops
+    resumable."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,9 @@ class AgentRuntime:
         self.cluster = cluster
         self._sink: RunSink = NullSink()
         self._stop = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._stop_reason = ""
+        """Why request_stop() stopped the run ('' for a plain stop event: the person's q)."""
         self._call_id = ""
         self._call_branch: int | None = None
         self.branches = [Branch(i, b, SessionMemory.load(files, state, b.memory_kind, branch=i))
@@ -187,13 +198,16 @@ class AgentRuntime:
             sink: RunSink | None = None) -> str:
         """Run until something ends the run; returns the stop reason (also journaled as run.stopped)."""
         self._sink = self.commands.sink = sink or NullSink()
-        self._stop = stop
+        with self._stop_lock:
+            self._stop = stop
+            if self._stop_reason:  # asked before the run began
+                stop.set()
         commands = commands if commands is not None else queue.Queue()
         if not self._pool_open:
             self.evaluations, self._pool_open = self._evaluations(), True
         resumed = self.state.status not in ("new", "created")
         for branch in self.branches:
-            branch.finished = None
+            branch.finished, branch.final = None, True
             branch.backend.bind(self._context(branch))
         slots = self.evaluations.slots()
         started = RunStarted(budget=self.budget.to_dict(), resumed=resumed, agent=self.backend.name,
@@ -206,6 +220,7 @@ class AgentRuntime:
         self.emit("run.started", dict(started))
         try:
             self._recover_in_flight()
+            self._write_start()
             reason, final = self._loop(stop, commands)
             self._settle(stop)
         except BaseException as exc:
@@ -217,7 +232,10 @@ class AgentRuntime:
             self._open.clear()  # left open in the journal: the next run closes them as interrupted
             self.evaluations.close()
             self._pool_open = False
-        self.emit("run.stopped", dict(RunStopped(reason=reason, final=final)))
+        stopped = RunStopped(reason=reason, final=final)
+        if self.state.jobs:  # aborted by the pool's close; the next resume queues them again
+            stopped["interrupted"] = sorted(self.state.jobs)
+        self.emit("run.stopped", dict(stopped))
         self.checkpoints.write(self.state)
         return reason
 
@@ -234,12 +252,15 @@ class AgentRuntime:
                 self._idle(IDLE_S)  # evaluations in flight still report while paused
                 self._take_commands(commands)
             if stop.is_set():
-                return "stopped by the person", False
+                return self._stop_reason or "stopped by the person", False
             self._take_human_edit()
             exceeded = self.budget.exceeded(self.state, datetime.now(timezone.utc))
             if exceeded:
                 return f"budget: {exceeded}", False
             progressed = self._step()
+            stuck = next((b for b in self.branches if b.finished is not None and not b.final), None)
+            if stuck is not None:
+                return (f"branch {stuck.number}: " if len(self.branches) > 1 else "") + (stuck.finished or ""), False
             live = [b for b in self.branches if b.finished is None]
             if not live:
                 if len(self.branches) == 1:
@@ -260,7 +281,7 @@ class AgentRuntime:
                 break  # the evaluations in flight reach --max-iterations: wait for them, start nothing new
             action = branch.backend.next_action(self.state, self.task)
             if isinstance(action, Finish):
-                branch.finished, progressed = action.reason, True
+                branch.finished, branch.final, progressed = action.reason, action.final, True
                 continue
             if isinstance(action, ToolCall):
                 self.call_tool(action, branch=branch.number)
@@ -348,6 +369,31 @@ class AgentRuntime:
         for attempt in self.state.attempts.values():
             self.attempt_path(attempt.n)
         self.evaluations.recover()
+
+    def _write_start(self) -> None:
+        """The kernel the session starts from is attempt 1 (author 'start'), journaled like any other, so a first
+        `evaluate` evaluates it. A session journaled before this rule gets it on resume if it has no attempt yet; one
+        with attempts keeps its numbering."""
+        source = self.backend.seed_source
+        if self.state.attempts or not source.strip():
+            return
+        try:  # the tunables it declares, as for a person's edit, so the tuner does not try them again
+            params = read_declared(source).config
+        except TunablesError:
+            params = {}
+        where = f"--start {Path(self.state.start_file).name}" if self.state.start_file else "the task's seed.py"
+        self.write_attempt(source, note=where, params=params, parent=None, author="start")
+
+    # -- stopping ------------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        """Stop the run (thread-safe, returns at once) at the next step boundary, within IDLE_S: nothing the loop
+        waits for blocks it. The evaluations in flight are aborted when the run closes its pool (their processes
+        are killed), named in run.stopped and re-queued by the next resume; run.stopped journals the first reason
+        given."""
+        with self._stop_lock:
+            self._stop_reason = self._stop_reason or reason
+            stop = self._stop
+        stop.set()
 
     # -- what backends and tools are given -------------------------------------------------------
     def _context(self, branch: Branch) -> BackendContext:

@@ -57,14 +57,14 @@ def marker_path(task_hash: str) -> Path:
 def spawn(cfg: dict[str, Any], shapes: list[dict[str, Any]]) -> list[subprocess.Popen]:
     """Precompile processes for every shape, the CPUs shared out: each shape's configs split over as many
     processes as there are CPUs for it (trusted environment, Triton's cache shared with the service)."""
-    from workbench.evaluator import isolation
+    from workbench.evaluator import isolation, tether
 
     env = {**isolation.trusted_env(), **ENV, "PYTHONUNBUFFERED": "1"}
     shares = max(1, (len(os.sched_getaffinity(0)) - 2) // max(1, len(shapes)))
     procs = []
     for params in shapes:
         for share in range(shares):
-            proc = subprocess.Popen([sys.executable, "-m", "workbench.evaluator.precompile"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen(tether.python_argv("workbench.evaluator.precompile"), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
             job = {**cfg, "params": params, "share": share, "shares": shares}
             proc.stdin.write(json.dumps(job).encode())  # type: ignore[union-attr]

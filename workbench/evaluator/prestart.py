@@ -18,12 +18,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
-from workbench.evaluator import isolation, wire
+from workbench.evaluator import isolation, tether, wire
 
 WARM_LINE = b"warm"
 """What the owner writes on a waiting worker's stdin to have it touch the GPU now (context, Triton's first launch)."""
@@ -109,8 +108,7 @@ class WorkerProcess:
         try:
             for fd in (to_worker_w, from_worker_w):
                 wire.widen(fd)
-            argv = [sys.executable, "-m", "workbench.evaluator.worker", self.device, str(to_worker_r),
-                    str(from_worker_w)]
+            argv = tether.python_argv("workbench.evaluator.worker", self.device, str(to_worker_r), str(from_worker_w))
             if netns:
                 argv.append("--netns")
             with self.log.open("wb") as out:

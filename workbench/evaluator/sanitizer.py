@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.evaluator import isolation
+from workbench.evaluator import isolation, tether
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*([\d,]+)\s+error")
@@ -62,7 +62,8 @@ def run(task: str, file: str | Path, shape: str, *, tool: str = "memcheck", time
     cmd = [binary, "--tool", tool, "--error-exitcode", "0", sys.executable, "-m", "workbench.profiler.drive",
            "--task", task, "--file", str(Path(file).absolute()), "--shape", shape, "--calls", "1"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=isolation.candidate_env("cuda"))
+        proc = subprocess.run(tether.command_argv(cmd), capture_output=True, text=True, timeout=timeout_s,
+                              env=isolation.candidate_env("cuda"))
     except subprocess.TimeoutExpired:
         raise SanitizerError(f"compute-sanitizer did not finish within {timeout_s:g} s") from None
     except OSError as exc:

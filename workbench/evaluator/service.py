@@ -24,7 +24,6 @@ import select
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.devices import DeviceError, resolve_device
-from workbench.evaluator import assemble, crashes, isolation, limits, wire
+from workbench.evaluator import assemble, crashes, isolation, limits, tether, wire
 from workbench.evaluator.assemble import Outcome
 from workbench.evaluator.errors import EvalAborted, EvalServiceError, EvalUsageError
 from workbench.evaluator.prestart import Prestarter, WorkerProcess, kill_group, status
@@ -145,9 +144,9 @@ class _ServiceProcess:
         try:
             with self.log.open("wb") as out:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "workbench.evaluator.harness", device], stdin=subprocess.PIPE,
+                    tether.python_argv("workbench.evaluator.harness", device), stdin=subprocess.PIPE,
                     stdout=out, stderr=subprocess.STDOUT, pass_fds=(msg_w, theirs.fileno()), cwd=self.tmp, env=env,
-                    start_new_session=True)
+                    start_new_session=True)  # its own group (killed on close), and it dies with us (tether)
         except BaseException:
             for fd in (msg_r, msg_w):
                 os.close(fd)
@@ -230,7 +229,7 @@ class _ServiceProcess:
         return tail
 
     def close(self, *, kill: bool) -> None:
-        if not kill and self.alive():
+        if not kill and self.alive() and self.ready:  # before ready it reads no requests: nothing to ask
             try:
                 self.sock.send(json.dumps({"op": "exit"}).encode())
                 self.proc.wait(timeout=10)
@@ -332,6 +331,8 @@ class EvaluationService:
     def _restart(self) -> None:
         if self._proc is not None:
             self._proc.close(kill=True)
+        if self._closed:
+            return  # closed from another thread meanwhile: nothing may outlive close()
         self.restarts += 1
         self._start()
 

@@ -163,10 +163,15 @@ class RunResumed(TypedDict):
     pass
 
 
-class RunStopped(TypedDict):
+class _RunStoppedBase(TypedDict):
     reason: str
     final: bool
     """True when the agent finished (nothing left to try); a budget, a stop or an error leave it resumable."""
+
+
+class RunStopped(_RunStoppedBase, total=False):
+    interrupted: list[str]
+    """The jobs (eval.queued) still queued or running when the run stopped: aborted, queued again on resume."""
 
 
 # -- the model conversation ----------------------------------------------------------------------------------
@@ -244,7 +249,7 @@ class AttemptWritten(TypedDict, total=False):
     parent: int | None
     sha256: str
     author: str
-    """'agent' or 'human' (an edit of the session's kernel.py)."""
+    """'agent', 'human' (an edit of the session's kernel.py) or 'start' (the kernel the session starts from)."""
     note: str
     params: dict[str, Any]
     source: str

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from workbench.evaluator import isolation
+from workbench.evaluator import isolation, tether
 
 METRICS: dict[str, str] = {
     "duration_ns": "gpu__time_duration.sum",
@@ -225,7 +225,8 @@ def run(task: str, file: str | Path, shape: str, *, calls: int = 1, timeout_s: f
         for _ in range(3):  # an ncu version without some metric names: drop them and retry
             cmd = command(exe, task, str(Path(file).absolute()), shape, wanted, log, calls)
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+                proc = subprocess.run(tether.command_argv(cmd), capture_output=True, text=True, timeout=timeout_s,
+                                      env=env)
             except subprocess.TimeoutExpired:
                 raise NcuError(f"ncu did not finish within {timeout_s:g} s") from None
             except OSError as exc:

@@ -23,7 +23,8 @@ class Attempt:
     n: int
     sha256: str
     author: str
-    """'agent' or 'human': a human edit of the kernel file is an attempt too."""
+    """'agent', 'human' (a person's edit of the kernel file is an attempt too) or 'start' (attempt 1: the kernel
+    the session starts from, the task's seed or the --start file)."""
     parent: int | None = None
     note: str = ""
     params: dict[str, Any] = field(default_factory=dict)
@@ -107,6 +108,9 @@ class SessionState:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    api_wait: dict[str, Any] = field(default_factory=dict)
+    """While the model API is failing: the latest failed try ({'try', 'retry_in', 'error', 'ts'}), whose retry is
+    due retry_in seconds after ts; empty once a reply comes, or the run stops."""
     run_started_ts: str = ""
     """Start of the running interval now open ('' when not running)."""
     elapsed_s: float = 0.0
@@ -216,6 +220,7 @@ def _goal_set(state: SessionState, data: ev.GoalSet, seq: int, ts: str) -> None:
 @_on("run.started")
 def _run_started(state: SessionState, data: ev.RunStarted, seq: int, ts: str) -> None:
     state.status, state.stop_reason = "running", ""
+    state.api_wait = {}
     state.run_started_ts = ts
     if "budget" in data:
         state.budget = dict(data["budget"])
@@ -247,6 +252,7 @@ def _run_stopped(state: SessionState, data: ev.RunStopped, seq: int, ts: str) ->
         slot.update(job="", attempt=None, state="idle" if slot.get("state") == "busy" else slot.get("state"))
     state.status = "finished" if data.get("final") else "stopped"
     state.stop_reason = data.get("reason", "")
+    state.api_wait = {}
 
 
 @_on("run.resumed")
@@ -402,6 +408,11 @@ def _memory_compacted(state: SessionState, data: ev.MemoryCompacted, seq: int, t
 
 @_on("llm.response")
 def _llm_response(state: SessionState, data: ev.LlmResponse, seq: int, ts: str) -> None:
+    if data.get("ok", True) or not data.get("retry_in"):
+        state.api_wait = {}  # a reply, or a failure that waits for nothing (the prompt was too long: compacted)
+    else:
+        state.api_wait = {"try": data.get("try", 0), "retry_in": data["retry_in"], "error": data.get("error", ""),
+                          "ts": ts}
     state.tokens_in += int(data.get("input_tokens", 0))
     state.tokens_out += int(data.get("output_tokens", 0))
     state.cost_usd += float(data.get("cost_usd", 0.0))

@@ -23,14 +23,24 @@ from workbench.journal.files import Closing, fsync_dir
 from workbench.session.atomic import drop_none, write_json_atomic, write_toml_atomic
 from workbench.session.revisions import unified
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the session.toml layout; bump it with a migration in MIGRATIONS."""
 
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+def _drop_cached_state(meta: dict) -> dict:
+    """1 -> 2: the cached state predates the fields of the evaluation pool and the starting attempt (Attempt.slot,
+    .confirming, .confirmed, .eval_error; the open jobs and slots), which only the journal can tell: the state is
+    folded again from it on the next open. The list's fields are kept."""
+    state = meta.pop("state", None)
+    if isinstance(state, dict) and not isinstance(meta.get("summary"), dict):
+        meta["summary"] = summary.summarize(state)
+    return meta
+
+
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_cached_state}
 """Upgrade steps keyed by the version they upgrade from: MIGRATIONS[v] turns a v meta into a v+1 meta.
 
-Empty while version 1 is the only one; a session.toml older than SCHEMA_VERSION without a step is
-refused by name rather than read with guessed meanings.
+A session.toml older than SCHEMA_VERSION without a step is refused by name rather than read with guessed meanings.
 """
 
 RESERVED = ("schema_version", "events_version", "id", "checkpoint_seq", "journal", "summary")

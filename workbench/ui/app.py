@@ -20,7 +20,7 @@ from workbench.session.state import SessionState, apply
 from workbench.ui.bridge import UiBridge
 from workbench.ui.launch import Launch
 from workbench.agent.sink import FleetView
-from workbench.ui.messages import FleetChanged, JournalEvent, Notice, Question, RunFinished
+from workbench.ui.messages import FleetChanged, JournalEvent, Notice, Question, RunFinished, StopRequested
 from workbench.ui.screens.error import ErrorScreen
 from workbench.ui.screens.help import HelpScreen
 from workbench.ui.screens.live import LiveScreen
@@ -103,6 +103,8 @@ class WorkbenchApp(App[str]):
         self._agent_worker: Worker[str] | None = None
         self._agent_started = threading.Event()
         """Set by the worker thread: a cancelled worker whose thread never ran will never post RunFinished."""
+        self._agent_done = threading.Event()
+        """Set as the worker thread returns: run.stopped is on disk."""
         self._startup_notes = list(themes.problems)
         for theme in themes.themes.values():
             self.register_theme(theme)
@@ -158,9 +160,36 @@ class WorkbenchApp(App[str]):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def run(self, **kwargs: Any) -> str | None:
-        """App.run with the mouse setting applied (`workbench --no-mouse` keeps the terminal's selection)."""
+        """App.run with the mouse setting applied (`workbench --no-mouse` keeps the terminal's selection).
+
+        While it runs an agent, SIGTERM and SIGHUP stop the run as they do a headless one (Textual handles neither:
+        by default each ends the process at once, with no run.stopped and the evaluation's processes left running).
+        It returns once the agent's thread has: the caller closes the session's journal next.
+        """
         kwargs.setdefault("mouse", self.settings.mouse)
-        return super().run(**kwargs)
+        if self.launch.runtime is None or threading.current_thread() is not threading.main_thread():
+            return super().run(**kwargs)
+        from workbench.agent.signals import StopSignals
+
+        signals = StopSignals(self.stop_for_signal).install()
+        try:
+            return super().run(**kwargs)
+        finally:
+            if self._agent_started.is_set():
+                self._agent_done.wait()  # stopped already: Textual cancelled the worker as the app exited
+            signals.restore()
+
+    def stop_for_signal(self, signum: int) -> None:
+        """From the signal watcher thread: stop the runtime now (it aborts an evaluation), then tell the app."""
+        import signal
+
+        from workbench.agent.signals import stop_reason
+
+        runtime = self.launch.runtime
+        assert runtime is not None
+        reason = stop_reason(signum)
+        runtime.request_stop(reason)
+        self.post_message(StopRequested(reason, hung_up=signum == signal.SIGHUP))
 
     def on_mount(self) -> None:
         self.set_keymap(self.settings.keymap)
@@ -193,6 +222,7 @@ class WorkbenchApp(App[str]):
         finally:
             # After a cancel the worker already reads CANCELLED; this message is how the app learns the
             # thread itself has returned, i.e. that run.stopped is on disk.
+            self._agent_done.set()
             self.post_message(RunFinished(reason, error))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="follow", description="journal follower")
@@ -257,6 +287,18 @@ class WorkbenchApp(App[str]):
         elif not message.error and self.mode == "live":
             self.notify(f"Run ended: {message.reason}. Press q to quit.", timeout=10)
 
+    def on_stop_requested(self, message: StopRequested) -> None:
+        """A signal stops the run: show it, exit once the runtime has journaled run.stopped."""
+        if message.hung_up or self.run_over or not self._agent_started.is_set():
+            self.exit(result=message.reason)
+            return
+        self.stopping = True
+        if self._agent_worker is not None:
+            self._agent_worker.cancel()
+        self.refresh_bindings()
+        self.notify(f"{message.reason}: stopping (an evaluation in progress is aborted)…", title="stopping",
+                    severity="warning", timeout=30)
+
     def on_notice(self, message: Notice) -> None:
         severity = message.severity if message.severity in _SEVERITIES else "information"
         self.notify(message.text, severity=severity)  # type: ignore[arg-type]
@@ -302,7 +344,10 @@ class WorkbenchApp(App[str]):
                 self.notify("Stopping at the next step boundary… press q again to quit without waiting.",
                             title="stopping", timeout=30)
                 return
-            # Second q: leave now. The runtime still holds `stop` and journals run.stopped on its way out.
+            # Second q: leave now, aborting an evaluation in progress; run() waits for run.stopped to be journaled.
+            runtime = self.launch.runtime
+            assert runtime is not None
+            runtime.request_stop("stopped by the person")
         self.workers.cancel_all()
         self.exit(result=self.finish_reason or ("detached" if self.mode == "attached" else "closed"))
 

@@ -241,7 +241,8 @@ def _attempt_written(data: ev.AttemptWritten) -> str:
     parent = f" ← {data['parent']}" if data.get("parent") is not None else ""
     params = f" [{compact(data['params'], 80)}]" if data.get("params") else ""
     note = f": {data['note']}" if data.get("note") else ""
-    return f"attempt {data.get('attempt', '?')}{parent} by {data.get('author', 'agent')}{note}{params}"
+    who = "the starting kernel" if data.get("author") == "start" else f"by {data.get('author', 'agent')}"
+    return f"attempt {data.get('attempt', '?')}{parent} {who}{note}{params}"
 
 
 @_says("eval.finished")
@@ -319,6 +320,9 @@ def _ledger_updated(data: ev.LedgerUpdated) -> str:
 
 @_says("llm.response")
 def _llm_response(data: ev.LlmResponse) -> str:
+    if data.get("ok") is False:
+        wait = f"; retry in {data['retry_in']:.1f} s" if isinstance(data.get("retry_in"), (int, float)) else ""
+        return f"try {data.get('try', '?')} failed: {data.get('error', '')}{wait}"
     cost = f" · ${data['cost_usd']:.4f}" if isinstance(data.get("cost_usd"), (int, float)) else ""
     return f"{data.get('input_tokens', 0)} in / {data.get('output_tokens', 0)} out tokens{cost}"
 

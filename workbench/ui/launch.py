@@ -26,6 +26,10 @@ class AgentRunner(Protocol):
         """Run until a budget, a finish, an error or `stop`; return the stop reason."""
         ...
 
+    def request_stop(self, reason: str) -> None:
+        """Stop for `reason` (a signal): thread-safe, returns at once; an evaluation in progress is aborted."""
+        ...
+
 
 @dataclass(frozen=True)
 class Launch:

@@ -33,6 +33,16 @@ class RunFinished(Message):
 
 
 @dataclass
+class StopRequested(Message):
+    """A signal (SIGTERM, SIGHUP) asked the run to stop; the runtime was told already, the app exits once it has."""
+
+    reason: str
+    """What run.stopped will journal ('stopped by signal SIGTERM')."""
+    hung_up: bool = False
+    """The terminal is gone (SIGHUP): nobody sees the screen, so the app exits at once (run() waits for the run)."""
+
+
+@dataclass
 class Notice(Message):
     """A transient line for the person (not journaled): shown with notify()."""
 

@@ -36,9 +36,12 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Finish:
-    """The backend has nothing left to try; `reason` is shown to the person and journaled."""
+    """The backend ends the run; `reason` is shown to the person and journaled."""
 
     reason: str
+    final: bool = True
+    """True: nothing left to try. False: the backend cannot go on now (the model API kept failing past
+    --max-api-wait); the run stops resumable, as at a budget."""
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,9 @@ def _short(exc: BaseException) -> str:
         message = str(body["error"].get("message", ""))
     if not message:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    cause = exc.__cause__
+    if status is None and cause is not None and str(cause):
+        message += f" ({str(cause).splitlines()[0]})"  # the SDK's "Connection error." hides the why: refused, ...
     head = " ".join(str(p) for p in (status, kind) if p) or type(exc).__name__
     return f"{head}: {message}"[:240]
 
@@ -151,6 +154,11 @@ class AnthropicTransport:
     def credentials(self) -> str | None:
         """ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN, whichever the SDK will use."""
         return credentials()
+
+    @property
+    def base_url(self) -> str:
+        """The SDK's base URL: ANTHROPIC_BASE_URL, else the public API."""
+        return str(self.client().base_url)
 
     def check_access(self, model: str) -> str | None:
         """Ask the API about `model` (GET /v1/models/ID) so a bad key or model fails in one line, not mid-run."""

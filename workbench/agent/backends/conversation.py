@@ -8,7 +8,11 @@ credentials) is the Transport's.
 
 Retries are ours, not an SDK's: each failed try is journaled as an llm.response with ok: false, its error and the
 wait chosen; a retry-after from the server is honoured (up to a cap), otherwise the wait backs off exponentially
-with jitter. A prompt the model finds too long is compacted harder and sent once more.
+with jitter, never above RetryPolicy.backoff_max (30 s), so an outage is noticed over within half a minute of its end.
+A day-long run outlives a network blip: a retryable failure is tried again for as long as the model API has been
+failing for less than the run's --max-api-wait (default RetryPolicy.max_api_wait, one hour); past it the run stops
+cleanly, resumable. Every wait is announced ("waiting for the model API (retry n in s)"). A prompt the model finds
+too long is compacted harder and sent once more.
 
 Nothing here blocks the runtime's thread: the request is sent through `BackendContext.offload` and next_action
 returns Wait until the reply (or the retry's wait) is over, then journals it. A stop ends the wait at once, and the
@@ -58,20 +62,24 @@ SHRINK = 0.6
 class RetryPolicy:
     """How long to wait before trying a failed request again, and when to give up."""
 
-    max_retries: int = 8
+    max_retries: int | None = None
+    """Failed tries after which the run fails (None: no count; the time budget, max_api_wait, decides)."""
     backoff_base: float = 1.0
     """Seconds before the first retry (doubling after each)."""
-    backoff_max: float = 60.0
-    """Longest back-off."""
+    backoff_max: float = 30.0
+    """Longest back-off, jitter included."""
     max_wait: float = 900.0
     """Longest wait honoured from a retry-after header."""
+    max_api_wait: float = 3600.0
+    """Seconds the model API may go on failing before the run stops (resumable), when the run sets no
+    --max-api-wait."""
 
     def wait(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait after the `attempt`-th failed try."""
         if retry_after is not None:
             return min(retry_after, self.max_wait)
         backoff = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-        return backoff * random.uniform(0.75, 1.25)
+        return backoff * random.uniform(0.75, 1.0)
 
 
 class ConversationBackend:
@@ -108,6 +116,8 @@ class ConversationBackend:
         """The request was already compacted harder after a context-length error."""
         self._body: dict | None = None
         """The request body being sent (rebuilt after a compaction)."""
+        self._failing_since: float | None = None
+        """When the first failed try of the journaled request was sent (what --max-api-wait counts from)."""
 
     # -- runtime hooks -------------------------------------------------------------------------
     def bind(self, ctx: BackendContext) -> None:
@@ -155,7 +165,10 @@ class ConversationBackend:
                 if memory.silent >= MAX_SILENT_TURNS and not waiting:
                     return Finish(f"the model replied {memory.silent} times in a row without calling a tool")
                 self._request(state, memory)
-            if not self._exchange(state, memory):
+            outcome = self._exchange(state, memory)
+            if isinstance(outcome, Finish):
+                return outcome
+            if not outcome:
                 return Wait("the model's reply")
         return None
 
@@ -232,11 +245,13 @@ class ConversationBackend:
         )))
 
     # -- one exchange with the API ---------------------------------------------------------------
-    def _exchange(self, state: SessionState, memory: SessionMemory) -> bool:
+    def _exchange(self, state: SessionState, memory: SessionMemory) -> bool | Finish:
         """Move the journaled request on: send it (off this thread), or journal its reply or its failed try.
 
         Returns:
-            True when a reply is journaled, False while one is awaited (in flight, or a retry's wait).
+            True when a reply is journaled, False while one is awaited (in flight, or a retry's wait); a Finish that
+            is not final when the model API kept failing past the run's --max-api-wait (the request stays
+            journaled: a resume sends it again).
         """
         if self._call is None:
             if self._retry_at is not None and time.monotonic() < self._retry_at:
@@ -263,15 +278,24 @@ class ConversationBackend:
                     raise BackendError(f"model API: the prompt is too long even after a compaction: {exc}") from None
                 self._shrunk, self._body = True, None
                 return False
-            if attempt > self.retry.max_retries:
+            if self.retry.max_retries is not None and attempt > self.retry.max_retries:
                 self._reset()
                 raise BackendError(f"model API still failing after {attempt} tries: {exc}") from None
-            wait = self.retry.wait(attempt, exc.retry_after)
+            if self._failing_since is None:
+                self._failing_since = self._sent
+            failing, limit = time.monotonic() - self._failing_since, self.api_wait_limit()
+            if failing >= limit:
+                self.ctx.emit("llm.response", {"ok": False, "turn": memory.turn, "try": attempt, "error": str(exc),
+                                               "status": exc.status, "retry_after": exc.retry_after is not None})
+                self._reset()
+                return Finish(f"the model API kept failing for {failing:.0f} s (--max-api-wait {limit:g} s): "
+                              f"{exc}; resume once it answers", final=False)
+            wait = min(self.retry.wait(attempt, exc.retry_after), limit - failing)
             self.ctx.emit("llm.response", {
                 "ok": False, "turn": memory.turn, "try": attempt, "error": str(exc), "status": exc.status,
                 "retry_in": round(wait, 3), "retry_after": exc.retry_after is not None,
             })
-            self.ctx.notify(f"model API: {exc}; retry {attempt} in {wait:.1f} s", "warning")
+            self.ctx.notify(f"waiting for the model API (retry {attempt} in {wait:.1f} s): {exc}", "warning")
             self._retry_at = time.monotonic() + wait
             return False
         cost, known = self.transport.cost(self.model, reply.usage)
@@ -286,6 +310,12 @@ class ConversationBackend:
     def _reset(self) -> None:
         """The request is answered (or given up): the next one starts from its first try."""
         self._call, self._tries, self._retry_at, self._shrunk, self._body = None, 0, None, False, None
+        self._failing_since = None
+
+    def api_wait_limit(self) -> float:
+        """Seconds the model API may go on failing: the run's --max-api-wait, else the policy's default."""
+        limit = self.ctx.budget.max_api_wait
+        return self.retry.max_api_wait if limit is None else float(limit)
 
     def _shrink(self, state: SessionState, memory: SessionMemory, error: str, attempt: int, status: int) -> bool:
         """After a context-length error: journal the failed try, compact the window to SHRINK of what was sent."""

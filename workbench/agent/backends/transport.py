@@ -79,6 +79,12 @@ class Transport(Protocol):
     credential_hint: str
     """What to set when credentials() finds none ('ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) set')."""
 
+    @property
+    def base_url(self) -> str:
+        """The URL requests go to (from the API's own environment, e.g. ANTHROPIC_BASE_URL); the CLI checks before a
+        session is made that its host resolves and accepts connections (backends.reach)."""
+        ...
+
     def credentials(self) -> str | None:
         """The environment variable that holds the credential this transport will use, or None when there is none.
 

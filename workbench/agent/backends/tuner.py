@@ -62,16 +62,16 @@ class TunerBackend(StepBackend):
 
     # -- decisions -----------------------------------------------------------------------------
     def next_action(self, state: SessionState, task: Task) -> ToolCall | Finish | Wait:
-        """Re-evaluate an interrupted attempt, evaluate the seed, or try the next untried config."""
+        """Evaluate what is not evaluated yet (the starting kernel, attempt 1; an interrupted attempt), or keep one
+        untried config per slot in flight."""
         jobs = list(state.jobs.values())
         running = {job["attempt"] for job in jobs}
         for attempt in sorted(state.attempts.values(), key=lambda a: a.n):
             if attempt.verdict is None and not attempt.eval_error and attempt.n not in running:
                 return ToolCall("evaluate", {"attempt": attempt.n, "wait": "none"})
         if not state.attempts:
-            declared = self._declared(self.seed_source)
-            return ToolCall("evaluate", {"source": self.seed_source, "note": "seed", "params": declared.config,
-                                         "wait": "none"})
+            return Finish("no kernel to tune: the session has no attempt (the runtime writes the starting kernel "
+                          "as attempt 1)")
         candidates = {job["attempt"] for job in jobs if job.get("kind", "candidate") == "candidate"}
         if len(candidates) >= self.workers:
             return Wait(f"{len(candidates)} configurations in flight")

@@ -107,7 +107,9 @@ class LiveScreen(Screen[None]):
         """Bring kernel, evaluation, profile and memory panes up to the app's state; each skips work if unchanged."""
         app = self.workbench
         state = app.state
-        self.query_one(KernelView).show(state.current, best=state.best, attempts=state.attempts)
+        current = state.current
+        self.query_one(KernelView).show(current, best=state.best, attempts=state.attempts, evaluating=current is not None
+                                        and any(job.get("attempt") == current.n for job in state.jobs.values()))
         self.query_one(EvalTable).show(state)
         self.query_one(FleetPanel).show(state, app.fleet)
         self.query_one(ProfilerTable).show(app.current_profile(), app.best_profile())

@@ -191,7 +191,7 @@ class ReviewScreen(Screen[None]):
         variables = self.app.theme_variables
         verdict_style = theme_style(variables, verdict_variable(attempt.verdict))
         tags = ("★" if attempt.n == state.best else "") + ("◆" if attempt.n == self.marked else "")
-        human = "✎" if attempt.author != "agent" else ""
+        human = "✎" if attempt.author == "human" else ""
         return [
             Text(f"{attempt.n}{human}{tags}", style=theme_style(variables, "text-primary", bold=bool(tags)),
                  justify="right"),

@@ -48,6 +48,8 @@ class KernelView(Pane):
         """Every attempt of the session, to find the parent, the best and the marked one."""
         self.best: int | None = None
         """The best attempt's number."""
+        self.evaluating = False
+        """An evaluation of the attempt on show is queued or running."""
         self.marked: int | None = None
         """The attempt marked for comparison (review), or None."""
         self.diff_shown: tuple[object, ...] | None = None
@@ -91,17 +93,20 @@ class KernelView(Pane):
         elif self.view == "marked":
             self.view = "source"
 
-    def show(self, attempt: Attempt | None, *, best: int | None, attempts: Mapping[int, Attempt] | None = None) -> None:
+    def show(self, attempt: Attempt | None, *, best: int | None, attempts: Mapping[int, Attempt] | None = None,
+             evaluating: bool = False) -> None:
         """Show `attempt` in the current view and describe it in the border.
 
         Args:
             attempt: the attempt to show (the latest written, live; the selected one, review); None before any.
             best: the best attempt's number, to mark this one when it is the best and to diff against.
             attempts: every attempt of the session by number (for the parent, the best and the mark).
+            evaluating: an evaluation of it is queued or running (live), so "evaluating…" rather than "not
+                evaluated yet".
         """
         if attempt is None:
             return
-        self.attempt, self.best = attempt, best
+        self.attempt, self.best, self.evaluating = attempt, best, evaluating
         if attempts is not None:
             self.attempts = attempts
         self._redraw()
@@ -176,14 +181,15 @@ class KernelView(Pane):
     def _title(self, attempt: Attempt) -> None:
         parent = f" ← {attempt.parent}" if attempt.parent is not None else ""
         if attempt.verdict is None:
-            result = ("evaluating…", "$foreground-muted")
+            waiting = "evaluating…" if self.evaluating else "no result" if attempt.eval_error else "not evaluated yet"
+            result = (waiting, "$foreground-muted")
         elif attempt.verdict == "ok":
             result = (f"ok {fmt.speedup(attempt.speedup)}", "$text-success")
         else:
             result = (attempt.verdict, "$text-error")
         star = (" ★ best", "bold $text-accent") if self.best == attempt.n else ""
         view = ("" if self.view == "source" else (f" · diff vs {_ROLE[self.view]}", "bold $text-accent"))
-        # Agent attempts are the rule; only a person's edit is worth the room in a narrow title.
-        author = "" if attempt.author == "agent" else f" · {attempt.author}"
+        # Agent attempts are the rule; a person's edit and the starting kernel are worth the room in a narrow title.
+        author = {"agent": "", "start": " · starting kernel"}.get(attempt.author, f" · {attempt.author}")
         # Content, not a str: border titles parse markup, and notes are free text.
         self.border_title = Content.assemble(f"kernel · attempt {attempt.n}{parent}{author} · ", result, star, view)

@@ -10,7 +10,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from workbench.session.state import SessionState
+from workbench.session.state import SessionState, parse_ts
 from workbench.ui import formatting as fmt
 from workbench.ui.static_text import update_static
 
@@ -92,7 +92,7 @@ class StatusBar(Horizontal):
         """
         self.run_state = run_state
         summary = self._summary(state, mode)
-        clock = self._clock(state, now)
+        clock = Content.assemble(self._api_wait(state, now or datetime.now(timezone.utc)), self._clock(state, now))
         if self._last == (summary, clock):
             return
         self._last = (summary, clock)
@@ -129,6 +129,17 @@ class StatusBar(Horizontal):
         if state.errors:
             parts += [sep, (f"{len(state.errors)} error{'s' if len(state.errors) > 1 else ''}", "$text-error")]
         return Content.assemble(*parts)
+
+    @staticmethod
+    def _api_wait(state: SessionState, now: datetime) -> Content:
+        """'waiting for the model API (retry 3 in 12 s)' while it is failing, counted down to the retry; else empty."""
+        wait = state.api_wait
+        if not wait:
+            return Content("")
+        due = parse_ts(wait["ts"]).timestamp() + float(wait["retry_in"])
+        left = max(0, round(due - now.timestamp()))
+        return Content.assemble((f"waiting for the model API (retry {wait['try']} in {left} s)", "bold $text-warning"),
+                                (" │ ", "$foreground-muted"))
 
     @staticmethod
     def _clock(state: SessionState, now: datetime | None) -> Content:
