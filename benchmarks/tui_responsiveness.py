@@ -270,7 +270,8 @@ def press_latencies(tmux: Any, name: str, presses: int, rng: random.Random) -> l
 
 def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> tuple[list[float], list[float]]:
     """One round: (the workbench's latencies, the bare app's), each under a tuner on `workers` CPU slots."""
-    from tests.test_tui_tmux import CONFIG, Tmux, descendants, kill
+    sys.path.insert(0, str(REPO / "tests"))  # the tests' own helpers import each other by module name
+    from test_tui_tmux import CONFIG, Tmux, descendants, kill
 
     config = folder / "config.toml"
     config.write_text('theme = "workbench-ansi"\ncursor_blink = false\n')
