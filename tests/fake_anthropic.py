@@ -11,6 +11,7 @@ checked, never stored.
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 import threading
@@ -278,3 +279,14 @@ def all_text(body: dict[str, Any]) -> str:
     for message in body.get("messages", []):
         walk(message["content"] if isinstance(message["content"], list) else [text(message["content"])])
     return "\n".join(parts)
+
+
+def plain(value: Any) -> Any:
+    """A request part without cache breakpoints (they move every turn by design)."""
+    value = copy.deepcopy(value)
+    if isinstance(value, dict):
+        value.pop("cache_control", None)
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value

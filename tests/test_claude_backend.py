@@ -1,6 +1,5 @@
 """The Claude backend with the real anthropic client against a local fake Messages API (no network)."""
 
-import copy
 import json
 import queue
 import re
@@ -13,7 +12,7 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 
 from fake_anthropic import (  # noqa: E402
-    KEY, Drop, FakeAnthropic, Message, Status, StreamError, all_text, text, tool_use)
+    KEY, Drop, FakeAnthropic, Message, Status, StreamError, all_text, plain, text, tool_use)
 from workbench.agent.backends.claude import AnthropicTransport, claude_backend, cost_usd  # noqa: E402
 from workbench.agent.backends.conversation import RetryPolicy  # noqa: E402
 from workbench.agent.backends.transport import BackendError  # noqa: E402
@@ -67,16 +66,6 @@ def resume(tmp_path, files_id, server, task, budget=Budget(), **kw):
     return AgentRuntime(files, state, task, backend(server, task, **kw), device="cpu", budget=budget,
                         evaluator=FunctionEvaluator(fake_eval)), files
 
-
-def plain(value):
-    """A request part without cache breakpoints (they move every turn by design)."""
-    value = copy.deepcopy(value)
-    if isinstance(value, dict):
-        value.pop("cache_control", None)
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
 
 
 def journal(files, kind=None):

@@ -5,7 +5,6 @@ through several compactions and two SIGKILL-and-resume cycles, ending with the g
 every persistent nudge still in the model's context, as seen on the requests the server received.
 """
 
-import copy
 import json
 import os
 import subprocess
@@ -19,7 +18,7 @@ import pytest
 pytest.importorskip("anthropic")
 
 import long_run  # noqa: E402
-from fake_anthropic import KEY, Drop, FakeAnthropic, Message, Status, all_text, text, tool_use  # noqa: E402
+from fake_anthropic import KEY, Drop, FakeAnthropic, Message, Status, all_text, plain, text, tool_use  # noqa: E402
 from workbench.journal import read_events  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -262,16 +261,6 @@ class Claude:
     def last_call(self, reply):
         return reply.blocks[-1]["name"]
 
-
-def plain(value):
-    """A request part without cache breakpoints (they move every turn by design)."""
-    value = copy.deepcopy(value)
-    if isinstance(value, dict):
-        value.pop("cache_control", None)
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
 
 
 @pytest.mark.slow

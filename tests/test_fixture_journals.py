@@ -7,7 +7,6 @@ reads those bytes with today's code.
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import queue
@@ -163,20 +162,9 @@ def test_a_run_killed_mid_evaluation_resumes_by_closing_the_call_and_evaluating_
     files.close()
 
 
-def plain(value):
-    """A request part without cache breakpoints (they move every turn by design)."""
-    value = copy.deepcopy(value)
-    if isinstance(value, dict):
-        value.pop("cache_control", None)
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
-
-
 def test_an_old_claude_session_resumes_with_the_same_context(sessions):
     anthropic = pytest.importorskip("anthropic")
-    from fake_anthropic import KEY, FakeAnthropic, Message, tool_use
+    from fake_anthropic import KEY, FakeAnthropic, Message, plain, tool_use
 
     from workbench.agent.backends.claude import claude_backend
 

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 from run_processes import candidate_started, run_processes, slow_kernel
+from workbench.fleet.gpus import own_pids
 from workbench.journal import read_events
 from workbench.session.state import fold
 
@@ -77,22 +78,7 @@ class Tmux:
 
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (the evaluator's children run in their own process groups, so a group kill misses them)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    return sorted(own_pids(pid) - {pid})
 
 
 def kill(pids: list[int]) -> None:
