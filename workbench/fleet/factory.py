@@ -44,20 +44,25 @@ def preflight(device: str, *, workers: int | None = None, cluster: str | None = 
     Raises:
         FleetError: one line (the CLI exits 2).
     """
+    resolved = _check_request(device, workers, cluster)
+    if cluster is not None:
+        from workbench.fleet import cluster as ray_cluster
+
+        ray_cluster.preflight()
+    elif resolved == "cuda":
+        _choose_gpus(workers)
+    else:
+        _check_cpu_workers(workers or 1)
+
+
+def _check_request(device: str, workers: int | None, cluster: str | None) -> str:
+    """The resolved device, once the workers asked for and the cluster name are valid (FleetError otherwise)."""
     resolved = _device(device)
     if workers is not None and (isinstance(workers, bool) or workers < 1):
         raise FleetError(f"--workers must be a positive number, got {workers!r}")
-    if cluster is None:
-        if resolved == "cuda":
-            _choose_gpus(workers)
-        else:
-            _check_cpu_workers(workers or 1)
-        return
-    if cluster not in CLUSTERS:
+    if cluster is not None and cluster not in CLUSTERS:
         raise FleetError(f"unknown cluster {cluster!r} (use {', '.join(CLUSTERS)})")
-    from workbench.fleet import cluster as ray_cluster
-
-    ray_cluster.preflight()
+    return resolved
 
 
 def _device(device: str) -> str:
@@ -82,8 +87,7 @@ def make_pool(task: "Task", device: str, *, workers: int | None = None, cluster:
     Raises:
         FleetError: more workers than free GPUs on CUDA, every GPU busy, Ray missing or not answering.
     """
-    preflight(device, workers=workers, cluster=cluster)
-    resolved = _device(device)
+    resolved = _check_request(device, workers, cluster)  # the slots' own checks follow: nvidia-smi runs once
     options = dict(service_options or {})
     if cluster == "ray":
         from workbench.fleet import cluster as ray_cluster
