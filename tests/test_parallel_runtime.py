@@ -462,7 +462,7 @@ def test_branches_share_the_ledger_and_nudges_and_do_not_wait_on_each_others_mod
     assert sorted(e.data["branch"] for e in requests) == [0, 0, 1, 1]
     assert all("branch" in e.data for e in events if e.type in ("llm.response", "tool.call", "tool.result"))
     # show --prompt-at --branch B rebuilds what B's model saw in its last request
-    from tests.test_fixture_journals import plain
+    from fake_anthropic import plain
 
     for branch in (0, 1):
         prompt, _memory, request = context_at(events, events[-1].seq, branch)
