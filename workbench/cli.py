@@ -820,6 +820,9 @@ def _task_parsers(sub, tasks_flag) -> None:  # noqa: ANN001 - argparse's private
     p.add_argument("name")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible")
     p.add_argument("--compile", action="store_true", help="also run (and on a GPU time) the torch.compile baseline")
+    p.add_argument("--save-choices", action="store_true",
+                   help="on a GPU: record the baseline's autotuning choices in the task's tuned/ folder, so that a "
+                        "fresh machine with this GPU model does not autotune it again")
     tasks_flag(p)
     p.set_defaults(func=_task_command("task_check"))
 

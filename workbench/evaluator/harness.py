@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from workbench.evaluator import limits
+from workbench.evaluator import limits, tuned
 from workbench.evaluator.channel import Channel, WorkerLost
 from workbench.evaluator.oracle import OracleCache, Prepared
 from workbench.evaluator.trusted import Baseline, ShapeState
@@ -78,6 +78,10 @@ class Service:
         self._precompiled = False
         self.precompiled: dict[str, Any] | None = None
         """What the parallel precompile took on this machine (None when it did not run)."""
+        self.tuned: tuned.Replay | None = None
+        """The baseline's recorded autotuning choices replayed at start (None: no autotuned baseline on CUDA)."""
+        self._baseline_modules: list[str] = []
+        """The modules the baseline's import brought (whose autotuners the choices are for)."""
         self.evaluations = 0
         self.idle_work = True
         """Whether an idle step may still find something to prepare."""
@@ -111,8 +115,11 @@ class Service:
                 before = set(sys.modules)
                 base = import_file(self.cfg["baseline"], "workbench_task_baseline")
                 if base.available():
-                    self.baseline = Baseline(str(base.NAME), base.forward, autotuned=_autotunes(
-                        set(sys.modules) - before))
+                    self._baseline_modules = sorted(set(sys.modules) - before)
+                    self.baseline = Baseline(str(base.NAME), base.forward, autotuned=any(
+                        tuned.autotuners(self._baseline_modules)))
+                    if self.baseline.autotuned and self.device == "cuda":
+                        self.tuned = tuned.replay(task_dir, torch.cuda.get_device_name(), self._baseline_modules)
                 else:
                     self.baseline.note = (f"baseline {getattr(base, 'NAME', '?')} unavailable here; timed against "
                                           "the reference")
@@ -208,7 +215,8 @@ class Service:
         self.channel.announce("precompile", limits.TRUSTED_S["baseline"], trusted=True)
         started = time.monotonic()
         procs = precompile.spawn({"reference": self.cfg["reference"], "baseline": self.cfg["baseline"],
-                                  "task_dir": str(Path(self.cfg["reference"]).parent)}, shapes)
+                                  "task_dir": str(Path(self.cfg["reference"]).parent)}, shapes,
+                                 replayed=bool(self.tuned and self.tuned["applied"]))
         ok = 0
         for proc in procs:
             try:
@@ -395,7 +403,8 @@ class Service:
             "limits": ev.limits,
             "worker": ev.worker_info,
             "service": {"evaluations": self.evaluations + 1, "elapsed_s": round(elapsed, 3),
-                        **({"precompiled": self.precompiled} if self.precompiled else {})},
+                        **({"precompiled": self.precompiled} if self.precompiled else {}),
+                        **({"tuned": self.tuned} if self.tuned else {})},
             "warnings": warnings,
             "healthy": ev.healthy,
         })
@@ -511,19 +520,6 @@ class Service:
                 return 0
             if request.get("op") == "evaluate":
                 self.serve_evaluation(request, list(fds))
-
-
-def _autotunes(modules: set[str]) -> bool:
-    """Whether any of these modules holds a Triton autotuner (a kernel library's autotuned kernels)."""
-    try:
-        from triton.runtime.autotuner import Autotuner
-    except ImportError:
-        return False
-    for name in modules:
-        module = sys.modules.get(name)
-        if module is not None and any(isinstance(v, Autotuner) for v in list(vars(module).values())):
-            return True
-    return False
 
 
 def _preload(device: str) -> None:

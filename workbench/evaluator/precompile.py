@@ -54,13 +54,14 @@ def marker_path(task_hash: str) -> Path:
     return Path(knobs.cache.dir) / MARKER.format(task_hash[:16])
 
 
-def spawn(cfg: dict[str, Any], shapes: list[dict[str, Any]]) -> list[subprocess.Popen]:
+def spawn(cfg: dict[str, Any], shapes: list[dict[str, Any]], replayed: bool = False) -> list[subprocess.Popen]:
     """Precompile processes for every shape, the CPUs shared out: each shape's configs split over as many
-    processes as there are CPUs for it (trusted environment, Triton's cache shared with the service)."""
+    processes as there are CPUs for it (trusted environment, Triton's cache shared with the service). With the
+    baseline's recorded choices replayed (tuned.py) a shape compiles only its chosen configs: one process each."""
     from workbench.evaluator import isolation, tether
 
     env = {**isolation.trusted_env(), **ENV, "PYTHONUNBUFFERED": "1"}
-    shares = max(1, (len(os.sched_getaffinity(0)) - 2) // max(1, len(shapes)))
+    shares = 1 if replayed else max(1, (len(os.sched_getaffinity(0)) - 2) // max(1, len(shapes)))
     procs = []
     for params in shapes:
         for share in range(shares):
@@ -79,6 +80,7 @@ def main() -> int:
     import torch
     import triton.testing
 
+    from workbench.evaluator import tuned
     from workbench.evaluator.loading import import_file
 
     # Triton's CUDA driver fetches its benchmarker from here whenever an autotuner first benchmarks.
@@ -86,14 +88,16 @@ def main() -> int:
     sys.path.insert(0, cfg["task_dir"])
     started = time.perf_counter()
     reference = import_file(cfg["reference"], "workbench_task_reference")
+    before = set(sys.modules)
     baseline = import_file(cfg["baseline"], "workbench_task_baseline")
     if not baseline.available():
         print(json.dumps({"skipped": "baseline unavailable"}))
         return 0
+    replay = tuned.replay(cfg["task_dir"], torch.cuda.get_device_name(), sorted(set(sys.modules) - before))
     inputs = reference.make_inputs(dict(cfg["params"]), 0, "cuda")
     baseline.forward(**inputs)
     torch.cuda.synchronize()
-    print(json.dumps({"s": round(time.perf_counter() - started, 3), "pid": os.getpid()}))
+    print(json.dumps({"s": round(time.perf_counter() - started, 3), "pid": os.getpid(), "tuned": replay["applied"]}))
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -76,10 +77,58 @@ def task_check(args: argparse.Namespace) -> int:
 
     task = load_task(args.name)
     device = args.device or default_device()
+    if args.save_choices and device != "cuda":
+        raise TaskError("--save-choices records a GPU's autotuning choices: it needs --device cuda")
+    if args.save_choices:
+        _precompile(task)
     report = check_task(task, device, compile_column=args.compile)
     print(f"task {task.name} ({task.dir})")
     print("\n".join(report.lines()))
+    if args.save_choices:  # the problems are the task's (a tolerance, a shape); the autotuning itself ran
+        _save_choices(task.dir)
     return EXIT_OK if not report.problems else EXIT_FAIL
+
+
+def _precompile(task) -> None:  # noqa: ANN001 - tasks.model.Task
+    """Before recording on a machine that never ran the baseline: compile its configs for every GPU shape at once,
+    as the evaluation service does (precompile.py), so the check's autotuning benchmarks instead of compiling."""
+    import time
+
+    from workbench.evaluator import limits, precompile
+
+    if task.baseline is None:
+        return
+    shapes = [s.params for group in ("cuda", "heldout") for s in task.shapes.get(group, [])]
+    started = time.monotonic()
+    procs = precompile.spawn({"reference": str(task.reference), "baseline": str(task.baseline),
+                              "task_dir": str(task.dir)}, shapes)
+    print(f"compiling the baseline's autotuning configs for {len(shapes)} shapes in {len(procs)} processes", flush=True)
+    failed = 0
+    for proc in procs:
+        try:
+            failed += proc.wait(timeout=max(1.0, started + limits.TRUSTED_S["baseline"] - time.monotonic())) != 0
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            failed += 1
+    print(f"compiled in {time.monotonic() - started:.1f} s" + (f" ({failed} processes failed; the check autotunes "
+                                                             "what they left)" if failed else ""), flush=True)
+
+
+def _save_choices(folder: Path) -> None:
+    """After a check on the GPU: the autotuners' choices (the baseline's, autotuned for real) into tuned/."""
+    import torch
+
+    from workbench.evaluator import tuned
+
+    gpu = torch.cuda.get_device_name()
+    table = tuned.record(gpu)
+    if not table["choices"]:
+        raise TaskError(f"{folder.name}: its baseline holds no autotuned Triton kernels, so there is nothing to save")
+    path = tuned.path_for(folder, gpu)
+    tuned.write(path, table)
+    entries = sum(len(v) for v in table["choices"].values())
+    print(f"saved {entries} autotuning choices of {len(table['choices'])} kernels for {gpu} to {path}")
 
 
 def task_import_kernelbench(args: argparse.Namespace) -> int:
