@@ -108,7 +108,8 @@ class EventLog(ScrollView, can_focus=True):
         self._lines: list[str] = []
         """The lines shown, oldest first."""
         self._width = 0
-        """Cells of the widest line shown since the last filter change: the virtual width (the view scrolls sideways)."""
+        """Cells of the widest event received, shown or not: the virtual width (the view scrolls sideways). It does not
+        change with the filter, so a filter key leaves the horizontal scrollbar as it is."""
         self._strips: LRUCache[str, Strip] = LRUCache(STRIP_CACHE)
         """Line text -> its rendered, uncropped strip in the current style; emptied when the style changes."""
 
@@ -153,13 +154,13 @@ class EventLog(ScrollView, can_focus=True):
             line = _CONTROL.sub("\ufffd", event_line(event))
             batch.append((str(event.get("type", "")), line, cell_len(line)))
         self.formatted.extend(batch)
+        self._width = max(self._width, *(cells for _kind, _line, cells in batch))
         types = filter_types(self.filter)
-        shown = [(line, cells) for kind, line, cells in batch if types is None or kind in types]
+        shown = [line for kind, line, _cells in batch if types is None or kind in types]
         if shown:
             follow = self.is_vertical_scroll_end and not self.is_vertical_scrollbar_grabbed
-            self._lines.extend(line for line, _cells in shown)
+            self._lines.extend(shown)
             del self._lines[:-self.max_lines]
-            self._width = max(self._width, *(cells for _line, cells in shown))
             self._resize(follow)
         self._describe()
 
@@ -167,9 +168,7 @@ class EventLog(ScrollView, can_focus=True):
         """Switch preset and redraw the kept lines that pass it: one rewrite on a key press, never per event."""
         self.filter = key
         types = filter_types(key)
-        shown = [(line, cells) for kind, line, cells in self.formatted if types is None or kind in types]
-        self._lines = [line for line, _cells in shown]
-        self._width = max((cells for _line, cells in shown), default=0)
+        self._lines = [line for kind, line, _cells in self.formatted if types is None or kind in types]
         self._resize(follow=True)
         self._describe()
 
