@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 from rich.text import Text
 from textual.message import Message
 from textual.messages import Layout
@@ -148,6 +149,8 @@ async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch
     async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
         await settle(pilot, runtime)
         log = live_screen(app).query_one(EventLog)
+        wide = log.virtual_size.width
+        assert wide == max(cell_len(line) for line in log.lines)
         seq = app.state.last_seq + 1
         redrawn.clear()
         messages.clear()
@@ -161,6 +164,8 @@ async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch
         bar = log.vertical_scrollbar
         assert bar.window_virtual_size == log.line_count == log.virtual_size.height
         assert log.scroll_y == log.max_scroll_y, "a new filter shows its newest line"
+        assert log.virtual_size.width == wide > max(cell_len(line) for line in log.lines), \
+            "the sideways extent is the widest kept event's, whatever the filter (its scrollbar is not redrawn)"
         await pilot.press("f", "f", "f")
         await pilot.pause()
         assert log.filter == "all" and bar.window_virtual_size == log.line_count == 33
