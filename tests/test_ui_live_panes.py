@@ -6,6 +6,10 @@ import dataclasses
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
+from rich.text import Text
+from textual.message import Message
+from textual.messages import Layout
 from textual.widgets import DataTable, Sparkline, TextArea
 
 from tests.snapshot_apps.fake_runtime import load_events
@@ -17,7 +21,7 @@ from workbench.ui.messages import JournalEvent
 from workbench.ui.screens.events import EventDetailScreen, EventListScreen, detail_text
 from workbench.ui.screens.live import LiveScreen
 from workbench.ui.widgets.diff_view import DiffView
-from workbench.ui.widgets.event_log import EventLog
+from workbench.ui.widgets.event_log import EventHighlighter, EventLog
 from workbench.ui.widgets.kernel_view import KernelView
 from workbench.ui.widgets.metrics_bar import MetricsBar
 from workbench.ui.widgets.profiler_table import ProfilerTable, kernel_rows, ncu_metrics
@@ -114,6 +118,87 @@ async def test_f_cycles_the_log_filter_and_rewrites_from_the_recent_events() -> 
         assert log.filter == "tools" and all(" tool." in line for line in log.lines) and log.line_count == 14
         await pilot.press("f", "f")
         assert log.filter == "all" and log.line_count == 34
+
+
+
+async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key-to-paint of f under load (issue 17 item 6): the key's frame is the log's, nothing else's.
+
+    A layout reflows every widget of the screen; the log's size never depends on its lines, so neither a batch nor a
+    filter asks for one. Events still waiting for the tick reach the log at once; the other panes follow on the tick.
+    """
+    redrawn: list[bool] = []
+    in_key = [False]
+    refresh_panes, cycle_filter = LiveScreen.refresh_panes, LiveScreen.action_cycle_filter
+
+    def counting(self: LiveScreen) -> None:
+        redrawn.append(in_key[0])
+        refresh_panes(self)
+
+    def key(self: LiveScreen) -> None:
+        in_key[0] = True
+        try:
+            cycle_filter(self)
+        finally:
+            in_key[0] = False
+
+    monkeypatch.setattr(LiveScreen, "refresh_panes", counting)
+    monkeypatch.setattr(LiveScreen, "action_cycle_filter", key)
+    messages: list[Message] = []
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE, message_hook=messages.append) as pilot:
+        await settle(pilot, runtime)
+        log = live_screen(app).query_one(EventLog)
+        wide = log.virtual_size.width
+        assert wide == max(cell_len(line) for line in log.lines)
+        seq = app.state.last_seq + 1
+        redrawn.clear()
+        messages.clear()
+        app.post_message(JournalEvent(Event(seq, load_events()[-1].ts, "eval.finished",
+                                            {"attempt": 5, "result": {"verdict": "timeout", "message": "slow"}}, "")))
+        await wait_for(lambda: app.state.last_seq == seq)
+        await pilot.press("f")
+        assert log.filter == "attempts" and "attempt 5: timeout" in log.lines[-1], "f writes what is pending first"
+        await wait_for(lambda: redrawn)  # the tick brings the other panes up to the event
+        assert not any(redrawn), "f itself redrew the other panes"
+        bar = log.vertical_scrollbar
+        assert bar.window_virtual_size == log.line_count == log.virtual_size.height
+        assert log.scroll_y == log.max_scroll_y, "a new filter shows its newest line"
+        assert log.virtual_size.width == wide > max(cell_len(line) for line in log.lines), \
+            "the sideways extent is the widest kept event's, whatever the filter (its scrollbar is not redrawn)"
+        await pilot.press("f", "f", "f")
+        await pilot.pause()
+        assert log.filter == "all" and bar.window_virtual_size == log.line_count == 33
+        assert not [m for m in messages if isinstance(m, Layout) and m.widget is log], "the log laid out the screen"
+
+
+async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cycling the filter back draws lines already drawn from the cache; a new theme draws them again."""
+    highlighted: list[str] = []
+    original = EventHighlighter.highlight
+
+    def counting(self: EventHighlighter, text: Text) -> None:
+        highlighted.append(text.plain)
+        original(self, text)
+
+    monkeypatch.setattr(EventHighlighter, "highlight", counting)
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        log = live_screen(app).query_one(EventLog)
+        shown = set(log.lines[-5:])
+        assert shown <= set(highlighted), "the visible lines were drawn"
+        for _ in range(4):
+            await pilot.press("f")
+            await pilot.pause()
+        assert log.filter == "all"
+        before = len(highlighted)
+        log.refresh()
+        await pilot.pause()
+        assert len(highlighted) == before, "the same lines again: nothing to render"
+        app.theme = next(name for name in app.available_themes if name != app.theme)
+        await pilot.pause()
+        assert shown <= set(highlighted[before:]), "a new theme renders the lines in its colours"
 
 
 def test_filter_presets_cover_every_event_type_and_cycle() -> None:

@@ -18,7 +18,7 @@ TYPE_WIDTH = max(len(kind) for kind in EVENT_TYPES)
 """The event type column is as wide as the longest type, so summaries line up."""
 
 LINE_LIMIT = 400
-"""Longest log line kept: the Log scrolls sideways, but a kernel's worth of text on one line helps nobody."""
+"""Longest log line kept: the event log scrolls sideways, but a kernel's worth of text on one line helps nobody."""
 
 
 def ms(value: float | None) -> str:

@@ -1,4 +1,4 @@
-"""Rich styles taken from the current theme, for widgets that render Rich text (DataTable cells, Log lines)."""
+"""Rich styles taken from the current theme, for widgets that render Rich text (DataTable cells, event log lines)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from textual.color import Color, ColorParseError
 def theme_style(variables: Mapping[str, str], name: str, *, bold: bool = False) -> Style:
     """A Rich style in the colour of theme variable `name` (e.g. 'text-success').
 
-    TCSS cannot reach inside a DataTable cell or a Log line, so these widgets build their styles from
+    TCSS cannot reach inside a DataTable cell or an event log line, so these widgets build their styles from
     App.theme_variables instead of naming colours, and rebuild them when the theme changes.
     A variable Textual cannot parse (an 'auto' colour, say) gives an uncoloured style rather than an error.
     """

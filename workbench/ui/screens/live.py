@@ -85,6 +85,8 @@ class LiveScreen(Screen[None]):
         super().__init__()
         self._fleet_seen = 0
         """The app's fleet_seen when the fleet pane was last drawn."""
+        self._panes_stale = False
+        """Events reached the log (a key drained them) that the other panes have not been redrawn for yet."""
 
     def on_mount(self) -> None:
         self.refresh_panes()
@@ -93,15 +95,25 @@ class LiveScreen(Screen[None]):
 
     def flush(self) -> None:
         """Write every event that arrived since the last tick in one batch, then redraw what changed."""
+        with self.app.batch_update():
+            self.drain_log()
+            if self._panes_stale:
+                self.refresh_panes()
+            elif self.workbench.fleet_seen != self._fleet_seen:
+                self.query_one(FleetPanel).show(self.workbench.state, self.workbench.fleet)
+            self._panes_stale = False
+            self._fleet_seen = self.workbench.fleet_seen
+            self.refresh_status()
+
+    def drain_log(self) -> None:
+        """Write the events received since the last look to the log only; the other panes follow on the tick.
+
+        A key that redraws the log calls this instead of flush(), so its frame repaints the log and nothing else.
+        """
         events = self.workbench.take_pending()
         if events:
-            with self.app.batch_update():
-                self.query_one(EventLog).write_events(events)
-                self.refresh_panes()
-        elif self.workbench.fleet_seen != self._fleet_seen:
-            self.query_one(FleetPanel).show(self.workbench.state, self.workbench.fleet)
-        self._fleet_seen = self.workbench.fleet_seen
-        self.refresh_status()
+            self.query_one(EventLog).write_events(events)
+            self._panes_stale = True
 
     def refresh_panes(self) -> None:
         """Bring kernel, evaluation, profile and memory panes up to the app's state; each skips work if unchanged."""
@@ -152,13 +164,13 @@ class LiveScreen(Screen[None]):
         self.query_one(KernelView).cycle_view()
 
     def action_cycle_filter(self) -> None:
-        # Events still waiting for the tick go out first, so the rewrite includes everything received.
-        self.flush()
+        # Events still waiting for the tick reach the log first, so the rewrite includes everything received.
+        self.drain_log()
         log = self.query_one(EventLog)
         log.set_filter(next_filter(log.filter))
 
     def action_list_events(self) -> None:
-        self.flush()
+        self.drain_log()
         log = self.query_one(EventLog)
         self.app.push_screen(EventListScreen(list(self.workbench.recent), title="recent events",
                                              filter_key=log.filter))

@@ -1,4 +1,11 @@
-"""EventLog: one line per journal event in a capped Log, coloured by event type, filtered by preset."""
+"""EventLog: one line per journal event in a capped scrolling view, coloured by event type, filtered by preset.
+
+It is a line-API ScrollView of its own rather than Textual's Log, for the key-to-paint of a busy run: Log renders
+every visible line again on each frame (its strip cache is only kept while text is selected) and measures the width
+of each batch in a worker thread that changes the virtual size a second time, which is a second layout of the whole
+screen. Here a line is rendered once per style (cached by its text, so a new filter redraws lines already drawn),
+widths are measured once as lines are formatted, and a batch or a filter changes the virtual size once.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,15 @@ import re
 from collections import deque
 from typing import Any, Mapping, Sequence
 
+from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.style import Style
 from rich.text import Text
-from textual.widgets import Log
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.selection import Selection
+from textual.strip import Strip
 
 from workbench.ui.formatting import event_line, filter_label, filter_types
 from workbench.ui.palette import MUTED, theme_style
@@ -35,6 +47,11 @@ _TYPE_VARIABLE = {
 _LINE = re.compile(r"^(\S+ +\d+) (\S+)")
 _VERDICT = re.compile(r"attempt \d+: (ok|\w+)")
 _FAILED = re.compile(r" (FAILED|ABORTED): ")
+_CONTROL = re.compile("[\u0000-\u001f]")
+"""Control characters (newlines and tabs included) are shown as one replacement character: one event, one line."""
+
+STRIP_CACHE = 1024
+"""Rendered lines kept (by text): several screens of every filter, so cycling the filter renders nothing new."""
 
 
 class EventHighlighter(Highlighter):
@@ -64,22 +81,46 @@ class EventHighlighter(Highlighter):
                 text.stylize(self.styles.get("text-error", Style()), failed.start(1), failed.end(1))
 
 
-class EventLog(Log):
+class EventLog(ScrollView, can_focus=True):
     """The live event log: a window onto events.jsonl, capped at max_lines, fed in batches, filtered by preset."""
 
+    ALLOW_SELECT = True
     DEFAULT_CSS = pane_css("EventLog", ":focus") + """
-    EventLog { scrollbar-size-vertical: 1; }
+    EventLog {
+        color: $text;
+        overflow: scroll;
+        scrollbar-size-vertical: 1;
+        &:focus { background-tint: $foreground 5%; }
+    }
     """
 
     def __init__(self, *, max_lines: int, id: str | None = None) -> None:
-        super().__init__(highlight=True, max_lines=max_lines, id=id)
+        super().__init__(id=id)
+        self.max_lines = max(1, max_lines)
+        """Most lines shown; older ones leave the top."""
         self.highlighter = EventHighlighter()
         self.events_written = 0
-        """Events received so far, shown or not (the Log itself keeps only the newest max_lines)."""
+        """Events received so far, shown or not (the view itself keeps only the newest max_lines)."""
         self.filter = "all"
         """The preset in force (a key of formatting.EVENT_FILTERS)."""
-        self.formatted: deque[tuple[str, str]] = deque(maxlen=max(1, max_lines))
-        """(type, line) of the newest events, shown or not: a new filter redraws from these without formatting."""
+        self.formatted: deque[tuple[str, str, int]] = deque(maxlen=self.max_lines)
+        """(type, line, cells) of the newest events, shown or not: a new filter redraws from these unformatted."""
+        self._lines: list[str] = []
+        """The lines shown, oldest first."""
+        self._width = 0
+        """Cells of the widest event received, shown or not: the virtual width (the view scrolls sideways). It does not
+        change with the filter, so a filter key leaves the horizontal scrollbar as it is."""
+        self._strips: LRUCache[str, Strip] = LRUCache(STRIP_CACHE)
+        """Line text -> its rendered, uncropped strip in the current style; emptied when the style changes."""
+
+    @property
+    def lines(self) -> Sequence[str]:
+        """The lines shown, oldest first (read only)."""
+        return self._lines
+
+    @property
+    def line_count(self) -> int:
+        return len(self._lines)
 
     def on_mount(self) -> None:
         self._describe()
@@ -87,36 +128,103 @@ class EventLog(Log):
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
 
     def _restyle(self) -> None:
-        assert isinstance(self.highlighter, EventHighlighter)
         variables = self.app.theme_variables
         self.highlighter.styles = {name: theme_style(variables, name) for name in set(_TYPE_VARIABLE.values()) |
                                    {"text-success", "text-error"}}
-        # Log caches rendered lines; drop them so the new colours show.
         self.notify_style_update()
         self.refresh()
+
+    def notify_style_update(self) -> None:
+        """The style changed (theme, focus): the cached lines carry the old one."""
+        super().notify_style_update()
+        self._strips.clear()
 
     def _describe(self) -> None:
         shown = "" if self.filter == "all" else f" · filter: {filter_label(self.filter)} (f)"
         self.border_title = f"events{shown}"
-        self.border_subtitle = f"{self.events_written} events · newest {self.max_lines or 'all'} kept"
+        self.border_subtitle = f"{self.events_written} events · newest {self.max_lines} kept"
 
     def write_events(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Append one batch of journal records with a single write (follows the tail only at the bottom)."""
         if not events:
             return
         self.events_written += len(events)
-        batch = [(str(e.get("type", "")), event_line(e)) for e in events]
+        batch = []
+        for event in events:
+            line = _CONTROL.sub("\ufffd", event_line(event))
+            batch.append((str(event.get("type", "")), line, cell_len(line)))
         self.formatted.extend(batch)
+        self._width = max(self._width, *(cells for _kind, _line, cells in batch))
         types = filter_types(self.filter)
-        lines = [line for kind, line in batch if types is None or kind in types]
-        if lines:
-            self.write_lines(lines)
+        shown = [line for kind, line, _cells in batch if types is None or kind in types]
+        if shown:
+            follow = self.is_vertical_scroll_end and not self.is_vertical_scrollbar_grabbed
+            self._lines.extend(shown)
+            del self._lines[:-self.max_lines]
+            self._resize(follow)
         self._describe()
 
     def set_filter(self, key: str) -> None:
         """Switch preset and redraw the kept lines that pass it: one rewrite on a key press, never per event."""
         self.filter = key
-        self.clear()
         types = filter_types(key)
-        self.write_lines([line for kind, line in self.formatted if types is None or kind in types])
+        self._lines = [line for kind, line, _cells in self.formatted if types is None or kind in types]
+        self._resize(follow=True)
         self._describe()
+
+    def _resize(self, follow: bool) -> None:
+        """Take the extent of the lines now held, and go to the newest line when `follow`.
+
+        The pane's own size never depends on its lines, so a longer or shorter log needs no layout of the screen,
+        which assigning `virtual_size` would do (a whole-screen reflow on every batch and every filter key). The
+        value is set without its watchers and the two scrollbars, always shown (overflow: scroll), take the extent.
+        """
+        size = Size(self._width, len(self._lines))
+        if size != self.virtual_size:
+            self.set_reactive(EventLog.virtual_size, size)
+            if self.show_vertical_scrollbar:
+                self.vertical_scrollbar.window_virtual_size = size.height
+            if self.show_horizontal_scrollbar:
+                self.horizontal_scrollbar.window_virtual_size = size.width
+        if follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        else:
+            self.scroll_y = self.validate_scroll_y(self.scroll_y)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        style = self.rich_style
+        if index >= len(self._lines):
+            return Strip.blank(width, style)
+        strip = self._strip(index, style)
+        return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(scroll_x, index)
+
+    def _strip(self, index: int, style: Style) -> Strip:
+        """Line `index` rendered whole; from the cache unless text is selected (selection styles are not kept)."""
+        line = self._lines[index]
+        selection = self.text_selection
+        if selection is None and (cached := self._strips.get(line)) is not None:
+            return cached
+        text = Text(line, no_wrap=True)
+        text.stylize(style)
+        self.highlighter.highlight(text)
+        if selection is not None:
+            span = selection.get_span(index)
+            if span is not None:
+                start, end = span
+                text.stylize(self.screen.get_component_rich_style("screen--selection"), start,
+                             len(text) if end == -1 else end)
+        strip = Strip(text.render(self.app.console), cell_len(line))
+        if selection is None:
+            self._strips[line] = strip
+        return strip
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The selected text, for copying."""
+        return selection.extract("\n".join(self._lines)), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()

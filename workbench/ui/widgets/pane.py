@@ -6,7 +6,7 @@ from textual.containers import Vertical
 
 
 def pane_css(selector: str, focus: str = ":focus-within") -> str:
-    """The look every pane shares, for a widget that cannot be a Pane (the event log is a Log)."""
+    """The look every pane shares, for a widget that cannot be a Pane (the event log is a ScrollView)."""
     return f"""
     {selector} {{
         border: round $border-blurred;
