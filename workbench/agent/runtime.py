@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 IDLE_S = 0.2
 """Longest wait for the pool between two looks at commands and the stop event (the pause loop's slice too)."""
-MODEL_POLL_S = 0.05
-"""The wait while a model call is in flight: its reply is noticed (and journaled) within this."""
 FLEET_PHASE_S = 0.5
 """Shortest interval between two fleet views that differ only in an evaluation's phase."""
 
@@ -172,8 +170,6 @@ class AgentRuntime:
         """What every tool runs against."""
         self._open: dict[str, OpenCall] = {}
         """Tool calls waiting for evaluations, by call id."""
-        self._calls: list[Future[Any]] = []
-        """Model calls in flight (offloaded)."""
         self._fleet_shown: tuple[Any, Any, float] = ((), (), 0.0)
         """(jobs, phases, when a phase change may next be sent) of the fleet view sent last."""
 
@@ -267,7 +263,7 @@ class AgentRuntime:
                     return self.branches[0].finished or "", True
                 return "every branch finished: " + "; ".join(f"branch {b.number}: {b.finished}"
                                                              for b in self.branches), True
-            self._idle(0.0 if progressed else MODEL_POLL_S if self._model_calls() else IDLE_S)
+            self._idle(0.0 if progressed else IDLE_S)  # a model reply ends the wait (_offload wakes the pool)
             if self.checkpoints.due(self.state):
                 self.checkpoints.write(self.state)
 
@@ -410,8 +406,10 @@ class AgentRuntime:
                               branches=len(self.branches))
 
     def _offload(self, fn: Callable[[], Any]) -> "Future[Any]":
-        """Run fn on a thread of its own (a daemon: a hung model call never keeps the process alive after a stop)."""
+        """Run fn on a thread of its own (a daemon: a hung model call never keeps the process alive after a stop);
+        its end wakes the loop's wait on the pool, so a reply is taken up at once."""
         future: Future[Any] = Future()
+        pool = self.evaluations.pool
 
         def run() -> None:
             if not future.set_running_or_notify_cancel():
@@ -420,15 +418,11 @@ class AgentRuntime:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - handed to the backend through the future
                 future.set_exception(exc)
+            finally:
+                pool.wake()
 
         threading.Thread(target=run, name="model call", daemon=True).start()
-        self._calls.append(future)
         return future
-
-    def _model_calls(self) -> int:
-        """Offloaded calls not done yet."""
-        self._calls = [f for f in self._calls if not f.done()]
-        return len(self._calls)
 
     def notify(self, text: str, severity: str = "information") -> None:
         """A transient notice for the person (not journaled: the event it is about already is)."""
