@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from workbench.agent.backends.base import Backend, BackendContext, Finish, ToolCall
+from workbench.agent.backends.base import Backend, BackendContext, Finish, ToolCall, Wait
 from workbench.agent.budget import Budget
 from workbench.agent.checkpoints import Checkpoints
 from workbench.agent.commands import Command, CommandDesk
@@ -253,7 +253,7 @@ class AgentRuntime:
             exceeded = self.budget.exceeded(self.state, datetime.now(timezone.utc))
             if exceeded:
                 return f"budget: {exceeded}", False
-            progressed = self._step()
+            progressed, due = self._step()
             stuck = next((b for b in self.branches if b.finished is not None and not b.final), None)
             if stuck is not None:
                 return (f"branch {stuck.number}: " if len(self.branches) > 1 else "") + (stuck.finished or ""), False
@@ -263,13 +263,15 @@ class AgentRuntime:
                     return self.branches[0].finished or "", True
                 return "every branch finished: " + "; ".join(f"branch {b.number}: {b.finished}"
                                                              for b in self.branches), True
-            self._idle(0.0 if progressed else IDLE_S)  # a model reply ends the wait (_offload wakes the pool)
+            # a model reply ends the wait (_offload wakes the pool); a backend's Wait(until=) shortens it
+            self._idle(0.0 if progressed else IDLE_S if due is None else min(IDLE_S, max(0.0, due - time.monotonic())))
             if self.checkpoints.due(self.state):
                 self.checkpoints.write(self.state)
 
-    def _step(self) -> bool:
-        """One step of each live branch; whether any of them did something."""
-        progressed = False
+    def _step(self) -> tuple[bool, float | None]:
+        """One step of each live branch: whether any of them did something, and the earliest time a Wait asked to be
+        stepped again by (time.monotonic(); None when no branch set one)."""
+        progressed, due = False, None
         for branch in self.branches:
             if branch.finished is not None or any(c.branch == branch.number for c in self._open.values()):
                 continue  # a branch is asked for its next step once its last call's result is in, as without a pool
@@ -282,10 +284,12 @@ class AgentRuntime:
             if isinstance(action, ToolCall):
                 self.call_tool(action, branch=branch.number)
                 progressed = True
+            if isinstance(action, Wait) and action.until is not None:
+                due = action.until if due is None else min(due, action.until)
             if branch.memory.kind == "tools":
                 # An LLM backend compacts right before a request, when the size of its delta is known.
                 self.compact(branch=branch)
-        return progressed
+        return progressed, due
 
     def _candidates_in_flight(self) -> int:
         """Attempts with a candidate evaluation queued or running and no result yet."""
