@@ -223,13 +223,15 @@ def run(dialect: Dialect, tmp_path: Path) -> Path:
         if not is_turn(body):
             return
         n = tool_calls_in(dialect.state(body))
-        if info["id"] is not None:
+        due = [name for at, (name, _, _) in NUDGES.items() if n >= at and name not in info["done"]]
+        revoke = n >= REVOKE_AT and "revoke" not in info["done"]
+        if info["id"] is not None and (due or revoke):  # opening the session reads its journal: only when needed
             reader = SessionStore(sessions).open(info["id"], writer=False)
             for at, (name, words, persistent) in NUDGES.items():
-                if n >= at and name not in info["done"]:
+                if name in due:
                     info["done"].add(name)
                     reader.drop_nudge(words, persistent=persistent)
-            if n >= REVOKE_AT and "revoke" not in info["done"]:
+            if revoke:
                 info["done"].add("revoke")
                 target = next(e.data["id"] for e in reader.read_events()
                               if e.type == "nudge.received" and e.data["text"] == NUDGES[600][1])

@@ -310,3 +310,18 @@ def test_jobs_queued_for_a_slot_that_a_fault_retires_fail_instead_of_waiting_for
         assert "blocker" in failed and pool.pending() == 0 and runner.closed
     finally:
         pool.close()
+
+
+def test_wake_ends_a_wait_for_events_at_once_and_a_wake_before_the_wait_is_kept_for_it():
+    pool = LocalPool([(SlotInfo("cpu:0", "cpu"), Gate())])
+    try:
+        pool.wake()
+        started = time.monotonic()
+        assert pool.events(30) == [] and time.monotonic() - started < 5
+        threading.Timer(0.2, pool.wake).start()
+        started = time.monotonic()
+        assert pool.events(30) == [] and time.monotonic() - started < 5
+        started = time.monotonic()
+        assert pool.events(0.3) == [] and time.monotonic() - started >= 0.25, "a wake is used up by one wait"
+    finally:
+        pool.close()

@@ -482,3 +482,23 @@ def test_branches_share_the_ledger_and_nudges_and_do_not_wait_on_each_others_mod
         assert {e.seq for e in rebuilt.entries} <= {e.seq for e in events if e.data.get("branch") == branch.number}
     assert state.branches == 2
     files.close()
+
+
+def test_a_model_reply_and_the_end_of_a_retrys_wait_end_the_loops_wait_at_once(tmp_path, monkeypatch):
+    """The loop waits on the pool between steps; the end of a model call wakes it, and a retry is sent when its
+    wait is over, whatever the idle slice."""
+    import workbench.agent.runtime as runtime_module
+    from fake_anthropic import Status
+
+    monkeypatch.setattr(runtime_module, "IDLE_S", 30.0)
+    script = [Status(429, "rate_limit_error", "slow down", headers={"retry-after": "0.05"})]
+    script += [Message([tool_use(f"r{i}", "read_task", {})]) for i in range(3)]
+    script.append(Message([tool_use("f", "finish", {"reason": "done"})]))
+    with FakeAnthropic(script) as server:
+        runtime, files = llm_session(tmp_path, claude(server), pool_of(Runner("cpu:0", [])))
+        started = time.monotonic()
+        reason = runtime.run(threading.Event(), queue.Queue())
+        elapsed = time.monotonic() - started
+    assert reason == "the model finished: done" and len(server.requests) == 5
+    assert elapsed < 20, f"{elapsed:.1f} s: a reply or a retry waited out the loop's idle slice"
+    files.close()

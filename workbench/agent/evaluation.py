@@ -50,6 +50,7 @@ from workbench.journal.events import (
     FleetSlot,
     HeldoutSummary,
 )
+from workbench.plain import map_leaves
 from workbench.session.atomic import write_json_atomic
 
 if TYPE_CHECKING:
@@ -101,13 +102,7 @@ def ncu_observer(task: "Task", path: Path) -> dict[str, Any]:
 
 def json_safe(value: Any) -> Any:
     """Replace NaN/inf (not JSON) by their names, so a NaN error figure can be journaled and still read."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
+    return map_leaves(value, lambda v: str(v) if isinstance(v, float) and not math.isfinite(v) else v)
 
 
 def journaled_result(attempt: "Attempt") -> EvalResult:

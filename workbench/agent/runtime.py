@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from workbench.agent.backends.base import Backend, BackendContext, Finish, ToolCall
+from workbench.agent.backends.base import Backend, BackendContext, Finish, ToolCall, Wait
 from workbench.agent.budget import Budget
 from workbench.agent.checkpoints import Checkpoints
 from workbench.agent.commands import Command, CommandDesk
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 IDLE_S = 0.2
 """Longest wait for the pool between two looks at commands and the stop event (the pause loop's slice too)."""
-MODEL_POLL_S = 0.05
-"""The wait while a model call is in flight: its reply is noticed (and journaled) within this."""
 FLEET_PHASE_S = 0.5
 """Shortest interval between two fleet views that differ only in an evaluation's phase."""
 
@@ -172,8 +170,6 @@ class AgentRuntime:
         """What every tool runs against."""
         self._open: dict[str, OpenCall] = {}
         """Tool calls waiting for evaluations, by call id."""
-        self._calls: list[Future[Any]] = []
-        """Model calls in flight (offloaded)."""
         self._fleet_shown: tuple[Any, Any, float] = ((), (), 0.0)
         """(jobs, phases, when a phase change may next be sent) of the fleet view sent last."""
 
@@ -257,7 +253,7 @@ class AgentRuntime:
             exceeded = self.budget.exceeded(self.state, datetime.now(timezone.utc))
             if exceeded:
                 return f"budget: {exceeded}", False
-            progressed = self._step()
+            progressed, due = self._step()
             stuck = next((b for b in self.branches if b.finished is not None and not b.final), None)
             if stuck is not None:
                 return (f"branch {stuck.number}: " if len(self.branches) > 1 else "") + (stuck.finished or ""), False
@@ -267,13 +263,15 @@ class AgentRuntime:
                     return self.branches[0].finished or "", True
                 return "every branch finished: " + "; ".join(f"branch {b.number}: {b.finished}"
                                                              for b in self.branches), True
-            self._idle(0.0 if progressed else MODEL_POLL_S if self._model_calls() else IDLE_S)
+            # a model reply ends the wait (_offload wakes the pool); a backend's Wait(until=) shortens it
+            self._idle(0.0 if progressed else IDLE_S if due is None else min(IDLE_S, max(0.0, due - time.monotonic())))
             if self.checkpoints.due(self.state):
                 self.checkpoints.write(self.state)
 
-    def _step(self) -> bool:
-        """One step of each live branch; whether any of them did something."""
-        progressed = False
+    def _step(self) -> tuple[bool, float | None]:
+        """One step of each live branch: whether any of them did something, and the earliest time a Wait asked to be
+        stepped again by (time.monotonic(); None when no branch set one)."""
+        progressed, due = False, None
         for branch in self.branches:
             if branch.finished is not None or any(c.branch == branch.number for c in self._open.values()):
                 continue  # a branch is asked for its next step once its last call's result is in, as without a pool
@@ -286,10 +284,12 @@ class AgentRuntime:
             if isinstance(action, ToolCall):
                 self.call_tool(action, branch=branch.number)
                 progressed = True
+            if isinstance(action, Wait) and action.until is not None:
+                due = action.until if due is None else min(due, action.until)
             if branch.memory.kind == "tools":
                 # An LLM backend compacts right before a request, when the size of its delta is known.
                 self.compact(branch=branch)
-        return progressed
+        return progressed, due
 
     def _candidates_in_flight(self) -> int:
         """Attempts with a candidate evaluation queued or running and no result yet."""
@@ -410,8 +410,10 @@ class AgentRuntime:
                               branches=len(self.branches))
 
     def _offload(self, fn: Callable[[], Any]) -> "Future[Any]":
-        """Run fn on a thread of its own (a daemon: a hung model call never keeps the process alive after a stop)."""
+        """Run fn on a thread of its own (a daemon: a hung model call never keeps the process alive after a stop);
+        its end wakes the loop's wait on the pool, so a reply is taken up at once."""
         future: Future[Any] = Future()
+        pool = self.evaluations.pool
 
         def run() -> None:
             if not future.set_running_or_notify_cancel():
@@ -420,15 +422,11 @@ class AgentRuntime:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - handed to the backend through the future
                 future.set_exception(exc)
+            finally:
+                pool.wake()
 
         threading.Thread(target=run, name="model call", daemon=True).start()
-        self._calls.append(future)
         return future
-
-    def _model_calls(self) -> int:
-        """Offloaded calls not done yet."""
-        self._calls = [f for f in self._calls if not f.done()]
-        return len(self._calls)
 
     def notify(self, text: str, severity: str = "information") -> None:
         """A transient notice for the person (not journaled: the event it is about already is)."""

@@ -12,6 +12,8 @@ import mmap
 import os
 from typing import Any
 
+from workbench.plain import map_leaves
+
 ALIGN = 64
 """Byte alignment of every tensor in a slab, enough for any dtype view."""
 
@@ -76,25 +78,21 @@ class Slab:
             self._map(max(need, int(self._size * _GROW), ALIGN))
         offset = 0
 
-        def replace(value: Any) -> Any:
+        def put(value: Any) -> Any:
             nonlocal offset
-            if isinstance(value, torch.Tensor):
-                t = value.detach()
-                nbytes = t.numel() * t.element_size()
-                if nbytes:
-                    self._view(offset, nbytes, t.dtype, list(t.shape)).copy_(t)
-                desc = {_KEY: True, "offset": offset, "nbytes": nbytes, "dtype": str(t.dtype).removeprefix("torch."),
-                        "shape": list(t.shape), "size": self._size}
-                offset += _align(nbytes)
-                self.bytes_moved += nbytes
-                return desc
-            if isinstance(value, dict):
-                return {k: replace(v) for k, v in value.items()}
-            if isinstance(value, (list, tuple)):
-                return [replace(v) for v in value]
-            return value
+            if not isinstance(value, torch.Tensor):
+                return value
+            t = value.detach()
+            nbytes = t.numel() * t.element_size()
+            if nbytes:
+                self._view(offset, nbytes, t.dtype, list(t.shape)).copy_(t)
+            desc = {_KEY: True, "offset": offset, "nbytes": nbytes, "dtype": str(t.dtype).removeprefix("torch."),
+                    "shape": list(t.shape), "size": self._size}
+            offset += _align(nbytes)
+            self.bytes_moved += nbytes
+            return desc
 
-        return replace(obj)
+        return map_leaves(obj, put)
 
     def unpack(self, obj: Any, device: str = "cpu") -> Any:
         """Return `obj` with every descriptor replaced by a tensor copied out of the slab onto `device`.

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from workbench.devices import peaks_for
+from workbench.plain import map_leaves
 
 if TYPE_CHECKING:
     from workbench.tasks import Task
@@ -26,13 +27,7 @@ _ROW_EXTRAS = ("ms_iqr", "ms_min", "baseline_ms_iqr", "wall_ms", "baseline_wall_
 
 def clean(value: Any) -> Any:
     """Replace NaN/inf floats (anywhere in nested data) by None, so the result is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    return value
+    return map_leaves(value, lambda v: None if isinstance(v, float) and not math.isfinite(v) else v)
 
 
 def geomean(values: list[float]) -> float | None:

@@ -155,7 +155,13 @@ class EvaluationPool(Protocol):
         ...
 
     def events(self, timeout: float | None = None) -> list[PoolEvent]:
-        """What happened since the last call, in order; waits up to `timeout` seconds for at least one event."""
+        """What happened since the last call, in order; waits up to `timeout` seconds for at least one event, or
+        until wake()."""
+        ...
+
+    def wake(self) -> None:
+        """End the wait of events() now, or of its next call when none is waiting (another thread has news for the
+        drainer: a model reply came in)."""
         ...
 
     def pending(self) -> int:

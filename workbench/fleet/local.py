@@ -115,6 +115,8 @@ class LocalPool:
         self._requeued: dict[str, str] = {}
         """Job id -> why it left its first slot (a job moves once)."""
         self._closed = False
+        self._woken = False
+        """wake() was called since events() last returned."""
         for info, reason in skipped:
             self._status[info.slot] = SlotStatus(info, "skipped", faults=[reason])
             self._events.append(SlotChanged(info, "skipped", reason))
@@ -270,13 +272,20 @@ class LocalPool:
 
     # -- reporting -----------------------------------------------------------------------------------
     def events(self, timeout: float | None = None) -> list[PoolEvent]:
-        """Events since the last call, waiting up to `timeout` s for one (None: wait until there is one)."""
+        """Events since the last call, waiting up to `timeout` s for one (None: wait until there is one) or wake()."""
         with self._cond:
-            if not self._events and not self._closed:
-                self._cond.wait_for(lambda: bool(self._events) or self._closed, timeout)
+            if not self._events and not self._closed and not self._woken:
+                self._cond.wait_for(lambda: bool(self._events) or self._closed or self._woken, timeout)
+            self._woken = False
             out = list(self._events)
             self._events.clear()
             return out
+
+    def wake(self) -> None:
+        """End the wait of events() now (or of its next call)."""
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
 
     def pending(self) -> int:
         """Jobs queued or running."""

@@ -45,6 +45,18 @@ def _indent(body: str) -> str:
     return "\n".join(("    " + line) if line.strip() else "" for line in body.strip("\n").splitlines())
 
 
+def _sibling_loader(function: str, module: str, filename: str) -> str:
+    """Source of `function()`: imports the file beside the generated one as `module` (a name of its own, so two
+    tasks' files never collide) and registers it, as torch.compile looks functions' modules up by name."""
+    return f'''def {function}():
+    spec = importlib.util.spec_from_file_location("{module}", Path(__file__).with_name("{filename}"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # torch.compile looks functions' modules up by name
+    spec.loader.exec_module(module)
+    return module
+'''
+
+
 def reference_py(name: str, adapter: Adapter, oracle: str, output_dtypes: list[str], command: str) -> str:
     """The trusted oracle: make_inputs(shape, seed, device), forward(...), output_dtypes(...)."""
     consts = "\n".join(f"{key} = {_literal(value)}" for key, value in adapter.constants.items())
@@ -76,13 +88,7 @@ ARGS = {_literal(adapter.args)}
 {consts}
 
 
-def _load_problem():
-    spec = importlib.util.spec_from_file_location("workbench_problem_{name}", Path(__file__).with_name("problem.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # torch.compile looks functions' modules up by name
-    spec.loader.exec_module(module)
-    return module
-
+{_sibling_loader("_load_problem", f"workbench_problem_{name}", "problem.py")}
 
 PROBLEM = _load_problem()
 """problem.py: the problem's own source, copied unchanged."""
@@ -155,13 +161,7 @@ NAME = "{name} (eager PyTorch)"
 """What speedups are measured against."""
 
 
-def _reference():
-    spec = importlib.util.spec_from_file_location("workbench_baseline_ref_{name}", Path(__file__).with_name("reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # torch.compile looks functions' modules up by name
-    spec.loader.exec_module(module)
-    return module
-
+{_sibling_loader("_reference", f"workbench_baseline_ref_{name}", "reference.py")}
 
 _REF = _reference()
 

@@ -50,6 +50,8 @@ class Wait:
     runtime journals what arrives meanwhile and asks again. `reason` says which (for tests and debugging)."""
 
     reason: str
+    until: float | None = None
+    """time.monotonic() by which to ask again even if nothing comes back (a retry's wait ends); None: only on news."""
 
 
 T = TypeVar("T")

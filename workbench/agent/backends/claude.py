@@ -21,6 +21,7 @@ from workbench.agent.backends.transport import (
     Usage,
     network_errors,
     retry_after,
+    send_classified,
     tool_use,
 )
 
@@ -201,13 +202,7 @@ class AnthropicTransport:
         Tool arguments are parsed here rather than by the SDK's accumulator, so one malformed argument string
         becomes a tool error for that call instead of losing the whole reply.
         """
-        try:
-            return self._stream(body)
-        except Exception as exc:
-            failure = classify(exc)
-            if failure is None:
-                raise
-            raise failure from None
+        return send_classified(lambda: self._stream(body), classify)
 
     def _stream(self, body: dict[str, Any]) -> Reply:
         blocks: dict[int, dict[str, Any]] = {}

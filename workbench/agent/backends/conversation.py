@@ -169,6 +169,8 @@ class ConversationBackend:
             if isinstance(outcome, Finish):
                 return outcome
             if not outcome:
+                if self._call is None and self._retry_at is not None:
+                    return Wait("a retry's wait", until=self._retry_at)
                 return Wait("the model's reply")
         return None
 

@@ -29,6 +29,7 @@ from workbench.agent.backends.transport import (
     Usage,
     network_errors,
     retry_after,
+    send_classified,
     tool_use,
 )
 from workbench.journal.events import Block, Endpoint
@@ -365,13 +366,7 @@ class OpenAITransport:
 
         Tool arguments are parsed here, so one malformed argument string becomes a tool error for that call.
         """
-        try:
-            return self._send(body)
-        except Exception as exc:
-            failure = classify(exc)
-            if failure is None:
-                raise
-            raise failure from None
+        return send_classified(lambda: self._send(body), classify)
 
     def _send(self, body: dict[str, Any]) -> Reply:
         reply = _Assembly()

@@ -14,7 +14,7 @@ import email.utils
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, TypedDict
 
 from workbench.journal.events import Block, ToolUseBlock
 
@@ -123,6 +123,18 @@ class Transport(Protocol):
 
 class IncompleteStream(Exception):
     """A reply stream ended before the API said it was complete (a proxy or the network dropped it): retried."""
+
+
+def send_classified(send: Callable[[], Reply], classify: Callable[[BaseException], TransportError | None]) -> Reply:
+    """`send()`, with a failure that `classify` recognises raised as its TransportError instead (without the SDK's
+    exception chained: its text may quote headers); anything else propagates as it is."""
+    try:
+        return send()
+    except Exception as exc:
+        failure = classify(exc)
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def tool_use(id: str, name: str, raw: str) -> ToolUseBlock:
