@@ -10,8 +10,10 @@ sys.path.insert(0, "kernels/mla_decode")
 import torch
 import reference, mla_splitkv as k
 
-def per_call(fn, n=2000, blocks=7):
-    for _ in range(200):
+def per_call(fn, n=2000, blocks=7, synced=False, warm=200):
+    """us per call, median of `blocks` blocks of n calls: host time (the sync after the clock stops), or with
+    synced the wall time including the GPU's (the sync inside the timed block)."""
+    for _ in range(warm):
         fn()
     torch.cuda.synchronize()
     out = []
@@ -19,22 +21,16 @@ def per_call(fn, n=2000, blocks=7):
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
+        if synced:
+            torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) / n * 1e6)
         torch.cuda.synchronize()
     return round(statistics.median(out), 2)
 
-def wall(fn, n=40, blocks=25):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) / n * 1e6)
-    return round(statistics.median(out), 2)
+
+def wall(fn):
+    return per_call(fn, n=40, blocks=25, synced=True, warm=50)
+
 
 inp = reference.make_inputs({"B": 1, "H": 64, "N": 8192}, 0, "cuda")
 q, kv, sl = inp["q"], inp["kv_cache"], inp["cache_seqlens"]
