@@ -26,6 +26,8 @@ from workbench.evaluator.template import decode_status
 
 NO_TEMPLATE_ENV = "WORKBENCH_NO_TEMPLATE"
 """Set (to anything) to start every candidate process as a fresh interpreter."""
+TEMPLATE_MODULE = "workbench.evaluator.template"
+"""The module the template process runs."""
 FORK_REPLY_S = 30.0
 """How long a ready template gets to answer a fork request (it forks at once; a busy machine is slow)."""
 
@@ -121,7 +123,7 @@ class Template:
         self.dead = False
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = tether.python_argv("workbench.evaluator.template", device, str(theirs.fileno()))
+        argv = tether.python_argv(TEMPLATE_MODULE, device, str(theirs.fileno()))
         if netns:
             argv.append("--netns")
         try:
@@ -208,3 +210,43 @@ class Template:
         self.proc.wait()
         self.sock.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def probe(device: str = "cpu") -> tuple[bool, str]:
+    """Start a template and fork one child as an evaluation service would: (forked, detail)."""
+    if not templates_wanted():
+        return False, "switched off" if os.environ.get(NO_TEMPLATE_ENV) else "no fork here"
+    started = time.monotonic()
+    try:
+        template = Template(device, netns=isolation.netns_wanted())
+    except OSError as exc:
+        return False, f"the template did not start ({exc})"
+    try:
+        stdin_r, stdin_w = os.pipe()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        log_r, log_w = os.pipe()
+        child = None
+        try:
+            child = template.fork(template.tmp, stdin_r, req_r, rep_w, log_w, stdin_w)
+            child.stdin.close()  # an unused candidate process: it exits 0 at once
+            code = child.wait(FORK_REPLY_S)
+            child.release()
+        except (TemplateError, subprocess.TimeoutExpired) as exc:
+            return False, str(exc)
+        finally:
+            for fd in (stdin_r, req_r, req_w, rep_r, rep_w, log_r, log_w, *([] if child else [stdin_w])):
+                os.close(fd)
+        if code != 0:
+            return False, f"a forked child exited with status {code}"
+        ready = time.monotonic() - started
+        return True, f"template {template.pid} ready and forking in {ready:.1f} s (import {template.info['import_s']} s)"
+    finally:
+        template.close()
+
+
+def report_line() -> str:
+    """`workbench doctor`'s line on how candidate processes start here."""
+    on, detail = probe()
+    how = "forked from a pre-imported template" if on else "fresh interpreters"
+    return f"candidates  {how} ({detail})"

@@ -36,6 +36,7 @@ from workbench.devices import DeviceError, resolve_device
 from workbench.evaluator import assemble, crashes, isolation, limits, tether, wire
 from workbench.evaluator.assemble import Outcome
 from workbench.evaluator.errors import EvalAborted, EvalServiceError, EvalUsageError
+from workbench.evaluator.forked import ForkedChild
 from workbench.evaluator.prestart import Prestarter, WorkerProcess, kill_group, status
 from workbench.evaluator.submission import submit
 
@@ -695,6 +696,8 @@ class _Watch:
         stage = msg.get("stage") or self.stage
         message = crashes.worker_death(rc if rc not in (None, 0) else None, stage, str(self.sub.path), self.worker.log,
                                        str(self.worker.cand_dir / self.sub.path.name), str(msg.get("detail", "")))
+        if isinstance(proc, ForkedChild) and proc.template_lost:
+            message += "; its template process died first and took it along"
         if msg.get("healthy") is False:
             self.owner.faults.append(Fault("unhealthy", "the service's GPU context failed its health check after a "
                                            "candidate process faulted; restarted", evaluation=self.eval_id))

@@ -181,8 +181,8 @@ class _Server:
 
         if threading.active_count() > 1:
             return f"the template runs {threading.active_count()} Python threads"
-        if torch.cuda.is_initialized():
-            return "the template has a CUDA context (forking it is unsafe)"
+        if torch.cuda.is_initialized() or _cuda_driver_loaded():
+            return "the template has loaded the CUDA driver (forking after it is unsafe)"
         return None
 
     def _reply(self, msg: dict[str, Any]) -> None:
@@ -219,6 +219,16 @@ class _Server:
             report["netns_note"] = f"{self.report['netns_note']}, {_own_network_namespace()}"
         _reseed()
         return worker.serve_when_told(self.device, to_worker_r, from_worker_w, report)
+
+
+def _cuda_driver_loaded() -> bool:
+    """Whether libcuda is mapped here: torch and Triton load it only to initialise CUDA, which must happen in a
+    child, never before the fork (a conservative test: loaded is not yet initialised)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libcuda.so" in line for line in maps)
+    except OSError:
+        return False
 
 
 def _own_network_namespace() -> str:
