@@ -159,6 +159,7 @@ def test_a_second_candidate_sees_nothing_the_first_left(tmp_path):
                       "del _sys, _torch, _triton\n")
     with EvaluationService(load_task("softmax"), "cpu", prepare_heldout=False) as service:
         one = service.evaluate(first, static_guards=False)
+        service.evaluate(SEED)  # the next child was forked during the first evaluation: look two children later
         two = service.evaluate(second, static_guards=False)
     assert one["verdict"] == "ok", one["message"]
     assert two["verdict"] == "ok", two["message"]
