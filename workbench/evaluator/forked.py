@@ -33,7 +33,16 @@ FORK_REPLY_S = 30.0
 
 
 class TemplateError(Exception):
-    """The template did not start, died, or did not answer: the caller starts a fresh interpreter instead."""
+    """The template did not start, died, or did not answer: the caller starts a fresh interpreter instead.
+
+    Attributes:
+        refused: the template refused to fork (it found itself unsafe to fork: a thread, the CUDA driver), which
+            another template on this machine would do too.
+    """
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 def templates_wanted() -> bool:
@@ -119,7 +128,7 @@ class Template:
         self.tmp = Path(tempfile.mkdtemp(prefix="workbench-template-"))
         self.log = self.tmp / "template.log"
         self.info: dict[str, Any] | None = None
-        """Its ready report ({"pid", "netns", "netns_note", "import_s"}) once it said ready."""
+        """Its ready report ({"pid", "netns", "netns_note", "import_s", "threads"}) once it said ready."""
         self.dead = False
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -164,13 +173,13 @@ class Template:
             raise self._broken(f"it exited {what}")
         msg = json.loads(data)
         if "error" in msg:
-            raise self._broken(f"it refused {what}: {msg['error']}")
+            raise self._broken(f"it refused {what}: {msg['error']}", refused=True)
         return msg
 
-    def _broken(self, why: str) -> TemplateError:
+    def _broken(self, why: str, refused: bool = False) -> TemplateError:
         self.dead = True
         tail, _ = crashes.log_tail(self.log, "", "")
-        return TemplateError(f"template {self.proc.pid}: {why}" + (f"; last output: {tail}" if tail else ""))
+        return TemplateError(f"template {self.proc.pid}: {why}" + (f"; last output: {tail}" if tail else ""), refused)
 
     def fork(self, cwd: Path, stdin_r: int, to_worker_r: int, from_worker_w: int, log_fd: int,
              stdin_w: int) -> ForkedChild:
@@ -240,7 +249,9 @@ def probe(device: str = "cpu") -> tuple[bool, str]:
         if code != 0:
             return False, f"a forked child exited with status {code}"
         ready = time.monotonic() - started
-        return True, f"template {template.pid} ready and forking in {ready:.1f} s (import {template.info['import_s']} s)"
+        info = template.info or {}
+        return True, (f"template {template.pid} ready and forking in {ready:.1f} s; import {info.get('import_s')} s, "
+                      f"{info.get('threads')} threads at the fork")
     finally:
         template.close()
 

@@ -295,6 +295,8 @@ class Prestarter:
                                          template=template)
                 except TemplateError as exc:
                     self._template_failed(str(exc))
+                    if exc.refused:  # any template here would refuse: stop paying their imports
+                        self._use_template = False
             fresh = "fresh interpreter" if self.template_note == "off" else \
                 f"fresh interpreter (no template: {self.template_note})"
         return WorkerProcess(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu, fresh_note=fresh)

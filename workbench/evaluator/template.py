@@ -18,8 +18,8 @@ The child is the template's, not the owner's, so the template relays its exit st
 status socket the owner sent with the request, and keeps the exited child unreaped (its pid, and with it its
 process-group id, reserved) until the owner closes that socket.
 
-Protocol on CONTROL_FD (AF_UNIX SOCK_SEQPACKET, JSON): the template says {"ready": true, "pid", "netns",
-"netns_note", "import_s"} once; the owner sends {"op": "fork", "cwd"} with five fds (stdin, request pipe, reply
+Protocol on CONTROL_FD (AF_UNIX SOCK_SEQPACKET, JSON): the template says {"ready": true, "pid", "threads" (native
+ones included: numpy's BLAS pool, which its fork handler takes down), "netns", "netns_note", "import_s"} once; the owner sends {"op": "fork", "cwd"} with five fds (stdin, request pipe, reply
 pipe, log, status socket); the template answers {"pid"} or {"error"}. The end of the socket ends the template.
 """
 
@@ -264,7 +264,9 @@ def main() -> int:
     server = _Server(device, sock, report)
     refusal = server._unsafe()
     try:
-        sock.send(json.dumps({"error": refusal} if refusal else {"ready": True, "pid": os.getpid(), **report}).encode())
+        threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+        ready = {"ready": True, "pid": os.getpid(), "threads": threads, **report}
+        sock.send(json.dumps({"error": refusal} if refusal else ready).encode())
     except OSError:
         return 0
     return 1 if refusal else server.serve()
