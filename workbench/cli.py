@@ -671,7 +671,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from workbench.evaluator.isolation import report_lines
 
     lines += report_lines()
-    lines.append(report_line())
+    lines.append(report_line("cuda" if gpu else "cpu"))
     if importlib.util.find_spec("rich") is not None:
         from rich.console import Console
 

@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.evaluator import crashes, isolation, limits, tether
-from workbench.evaluator.template import decode_status
+from workbench.evaluator import crashes, isolation, limits, tether, wire
 
 NO_TEMPLATE_ENV = "WORKBENCH_NO_TEMPLATE"
 """Set (to anything) to start every candidate process as a fresh interpreter."""
@@ -80,7 +79,7 @@ class ForkedChild:
             except OSError:
                 data = b""
             if data:
-                self.returncode = decode_status(data)
+                self.returncode = wire.decode_status(data)
             else:
                 self.returncode, self.template_lost = -signal.SIGKILL, True
 
@@ -256,8 +255,8 @@ def probe(device: str = "cpu") -> tuple[bool, str]:
         template.close()
 
 
-def report_line() -> str:
-    """`workbench doctor`'s line on how candidate processes start here."""
-    on, detail = probe()
+def report_line(device: str = "cpu") -> str:
+    """`workbench doctor`'s line on how candidate processes for `device` start here."""
+    on, detail = probe(device)
     how = "forked from a pre-imported template" if on else "fresh interpreters"
     return f"candidates  {how} ({detail})"

@@ -35,20 +35,12 @@ import sys
 import threading
 from typing import Any
 
+from workbench.evaluator import wire
+
 FORK_FDS = 5
 """Descriptors a fork request carries: the child's stdin, its request and reply pipe ends, its log, the status
 socket."""
 _CLONE_NEWNET = 0x40000000
-
-
-def encode_status(code: int) -> bytes:
-    """A child's exit status (Popen's convention: -N for signal N) as one status-socket message."""
-    return json.dumps({"status": code}).encode()
-
-
-def decode_status(data: bytes) -> int:
-    """The exit status in a status-socket message."""
-    return int(json.loads(data)["status"])
 
 
 class _Server:
@@ -107,7 +99,7 @@ class _Server:
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
             self.reported.add(pid)
             try:
-                status_sock.send(encode_status(code))
+                status_sock.send(wire.encode_status(code))
             except OSError:
                 pass
 
