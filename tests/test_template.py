@@ -169,3 +169,42 @@ def test_a_second_candidate_sees_nothing_the_first_left(tmp_path):
 def test_doctor_says_candidates_are_forked_from_a_template():
     line = forked.report_line()
     assert line.startswith("candidates  forked from a pre-imported template (template "), line
+
+
+OWNER = """\
+import time
+from workbench.evaluator.prestart import Prestarter
+pool = Prestarter("cpu")
+pool.replenish()
+print(pool.template.pid, pool.waiting.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def test_the_template_and_its_children_die_with_their_owner():
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    template = child = 0
+    try:
+        template, child = (int(x) for x in owner.stdout.readline().split())
+        assert _alive(template) and _alive(child)
+        os.kill(template, signal.SIGSTOP)  # a busy template would not read its socket's end either
+        owner.send_signal(signal.SIGKILL)  # no code of the owner runs: only the death signals can end them
+        owner.wait(10)
+        assert _wait_for(lambda: not _alive(template) and not _alive(child), 5), "they outlived their owner"
+    finally:
+        owner.kill()
+        for pid in (template, child):
+            try:
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
