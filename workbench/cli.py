@@ -667,9 +667,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     lines.append(f"api key     {'set' if credential else 'not set (offline tuner agent)'}")
     lines.append(f"openai key  {'set' if os.environ.get('OPENAI_API_KEY') else 'not set (fine for a local server)'}")
     lines.append(f"sessions    {_sessions_dir(args).resolve()}")
+    from workbench.evaluator.forked import report_line
     from workbench.evaluator.isolation import report_lines
 
     lines += report_lines()
+    lines.append(report_line("cuda" if gpu else "cpu"))
     if importlib.util.find_spec("rich") is not None:
         from rich.console import Console
 

@@ -30,6 +30,8 @@ class Outcome:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds per announced step name."""
     prestarted: bool = False
+    start: str = ""
+    """How the candidate process started (forked from a template, or a fresh interpreter and why)."""
     worker: dict[str, Any] = field(default_factory=dict)
     """The candidate process's ready report (its isolation)."""
     logs_dir: str | None = None
@@ -51,7 +53,8 @@ def build(task: "Task", sub: Submission, device: str, seeds: int, heldout: bool,
     result["baseline"] = outcome.final.get("baseline")
     result["phases_s"] = outcome.phases
     result["isolation"] = {"env_allowlist": True, "netns": bool(outcome.worker.get("netns")),
-                           "netns_note": outcome.worker.get("netns_note"), "candidate_triton_cache": True}
+                           "netns_note": outcome.worker.get("netns_note"), "candidate_triton_cache": True,
+                           "start": outcome.start}
     result["service"] = {**(outcome.final.get("service") or {}), **service}
 
     def done(verdict: str, message: str, **extra: Any) -> "EvalResult":

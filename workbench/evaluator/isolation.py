@@ -115,7 +115,7 @@ def enter_network_namespace() -> tuple[bool, str]:
     uid, gid = os.geteuid(), os.getegid()
     flags = _CLONE_NEWNET if uid == 0 else _CLONE_NEWUSER | _CLONE_NEWNET
     try:
-        _unshare(flags)
+        unshare(flags)
     except OSError as exc:
         return False, f"unshare refused: {os.strerror(exc.errno) if exc.errno else exc}"
     if uid == 0:
@@ -129,10 +129,15 @@ def enter_network_namespace() -> tuple[bool, str]:
     return True, "user and network namespace"
 
 
-def _unshare(flags: int) -> None:
-    unshare = getattr(os, "unshare", None)  # Python 3.12+
-    if unshare is not None:
-        unshare(flags)
+def unshare(flags: int) -> None:
+    """unshare(2) for this process (os.unshare where Python has it, else libc's).
+
+    Raises:
+        OSError: the kernel refused.
+    """
+    native = getattr(os, "unshare", None)  # Python 3.12+
+    if native is not None:
+        native(flags)
         return
     import ctypes
     import ctypes.util

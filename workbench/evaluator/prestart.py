@@ -10,6 +10,11 @@ A `Prestarter` keeps one such worker per evaluation service. The service starts 
 evaluation has its own (`replenish`): it imports on CPUs the timing processes do not use and touches no GPU until
 told (`warm`), which the service does once the current evaluation's timing is over (a context created during a
 timed block disturbs it). A worker left unused exits when its stdin closes (the owner closes it, or dies).
+
+Where the OS allows, a worker is not a fresh interpreter but a child forked from the Prestarter's template
+(workbench.evaluator.forked), which has done the isolation and imports once: the child then does what a fresh
+worker does from "imported" on. A template that cannot start or dies is restarted (up to TEMPLATE_RESTARTS times),
+and meanwhile, or after that, workers start as fresh interpreters; each worker says which it is (start_note).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import threading
 from pathlib import Path
 
 from workbench.evaluator import isolation, tether, wire
+from workbench.evaluator.forked import ForkedChild, Template, TemplateError, templates_wanted
 
 WARM_LINE = b"warm"
 """What the owner writes on a waiting worker's stdin to have it touch the GPU now (context, Triton's first launch)."""
@@ -30,6 +36,8 @@ SHM_DIR = "/dev/shm"
 SHM_MIN_FREE = 4 << 30
 """The tensor slabs go to shared memory when it has this much room (a container's default /dev/shm is 64 MB);
 otherwise they live in the evaluation's private folder, which the page cache serves nearly as fast."""
+TEMPLATE_RESTARTS = 3
+"""Templates a Prestarter starts again after one died or failed; then its workers are fresh interpreters."""
 
 
 def _slab_dir(tmp: Path) -> Path:
@@ -42,8 +50,9 @@ def _slab_dir(tmp: Path) -> Path:
     return tmp
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill the child's whole process group (anything the candidate left running), then reap the child.
+def kill_group(proc: subprocess.Popen | ForkedChild) -> None:
+    """Kill the child's whole process group (anything the candidate left running), then reap the child (a forked
+    one: have its template reap it).
 
     The group is signalled before the leader is reaped, so its id cannot belong to an unrelated process yet.
     """
@@ -52,15 +61,17 @@ def kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    if isinstance(proc, ForkedChild):
+        proc.release()
 
 
-def status(proc: subprocess.Popen) -> int | None:
+def status(proc: subprocess.Popen | ForkedChild) -> int | None:
     """The child's exit status in Popen's convention (-N for signal N), or None while it runs.
 
     It peeks without reaping, so the pid, and with it the process-group id, stays reserved until kill_group.
     """
-    if proc.returncode is not None:
-        return proc.returncode
+    if proc.returncode is not None or isinstance(proc, ForkedChild):
+        return proc.poll()
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -82,7 +93,8 @@ class WorkerProcess:
             in); handed to the service, then closed here.
     """
 
-    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True, gpu: str | None = None):
+    def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True, gpu: str | None = None,
+                 template: Template | None = None, fresh_note: str = "fresh interpreter"):
         self.device = device
         self.gpu = gpu
         """The GPU it may see (CUDA_VISIBLE_DEVICES), as its evaluation service does; None: the caller's."""
@@ -91,23 +103,60 @@ class WorkerProcess:
         self.cand_dir.mkdir()
         self.slabs = _slab_dir(self.tmp)
         self.log = self.tmp / "worker.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedChild | None = None
+        self.start_note = fresh_note
+        """How it started: "forked from template PID", or a fresh interpreter (and why not forked)."""
         self.service_fds: tuple[int, int] | None = None
         self.warmed = False
         """Whether it was told to warm up (warm())."""
         self.closed = False
         try:
-            self._start(cpus, netns)
+            if template is not None:
+                self._fork(template)
+            else:
+                self._start(netns)
+            if cpus:
+                try:
+                    os.sched_setaffinity(self.pid, cpus)
+                except (AttributeError, OSError):
+                    pass
         except BaseException:
             self.discard()
             raise
 
-    def _start(self, cpus: set[int] | None, netns: bool) -> None:
+    def _pipes(self) -> tuple[int, int, int, int]:
+        """(to_worker_r, to_worker_w, from_worker_r, from_worker_w), the service's ends widened."""
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
+        for fd in (to_worker_w, from_worker_w):
+            wire.widen(fd)
+        return to_worker_r, to_worker_w, from_worker_r, from_worker_w
+
+    def _fork(self, template: Template) -> None:
+        """A child of the template in place of a fresh interpreter.
+
+        Raises:
+            TemplateError: the template could not fork one (nothing is left open).
+        """
+        to_worker_r, to_worker_w, from_worker_r, from_worker_w = self._pipes()
+        stdin_r, stdin_w = os.pipe()
+        given = False
         try:
-            for fd in (to_worker_w, from_worker_w):
-                wire.widen(fd)
+            with self.log.open("wb") as out:
+                self.proc = template.fork(self.cand_dir, stdin_r, to_worker_r, from_worker_w, out.fileno(), stdin_w)
+            given = True
+        finally:
+            for fd in (stdin_r, to_worker_r, from_worker_w):  # only the child holds these now
+                os.close(fd)
+            if not given:
+                for fd in (stdin_w, to_worker_w, from_worker_r):
+                    os.close(fd)
+        self.start_note = f"forked from template {template.pid}"
+        self.service_fds = (to_worker_w, from_worker_r)
+
+    def _start(self, netns: bool) -> None:
+        to_worker_r, to_worker_w, from_worker_r, from_worker_w = self._pipes()
+        try:
             argv = tether.python_argv("workbench.evaluator.worker", self.device, str(to_worker_r), str(from_worker_w))
             if netns:
                 argv.append("--netns")
@@ -127,11 +176,6 @@ class WorkerProcess:
                 for fd in (to_worker_r, from_worker_w):  # only the worker holds these now: EOF means its death
                     os.close(fd)
         self.service_fds = (to_worker_w, from_worker_r)
-        if cpus:
-            try:
-                os.sched_setaffinity(self.proc.pid, cpus)
-            except (AttributeError, OSError):
-                pass
 
     @property
     def pid(self) -> int:
@@ -188,10 +232,14 @@ class WorkerProcess:
 
 
 class Prestarter:
-    """Keeps one started worker for the next evaluation; thread-safe, so another thread may close it."""
+    """Keeps one started worker for the next evaluation, forked from its template where it can; thread-safe, so
+    another thread may close it.
+
+    Create it (and so its template, started with the first worker) from a thread that lives as long as it does.
+    """
 
     def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True,
-                 gpu: str | None = None) -> None:
+                 gpu: str | None = None, template: bool = True) -> None:
         self.device = device
         self.cpus = cpus
         """CPUs a waiting worker may use: the machine's less the timing processes' (None: all)."""
@@ -202,6 +250,61 @@ class Prestarter:
         self._lock = threading.Lock()
         self.hits = 0
         """Evaluations that found a ready worker (one that died while waiting counts as a miss)."""
+        self._template: Template | None = None
+        self._template_lock = threading.Lock()
+        self.template_starts = 0
+        """Templates started so far (the first and its replacements)."""
+        self.template_note = "on" if template and templates_wanted() else "off"
+        """Why workers are fresh interpreters, once they are ("off": not wanted here; else the last failure)."""
+        self._use_template = self.template_note == "on"
+        self._closed = False
+
+    def _template_for_next(self) -> Template | None:
+        """The template to fork the next worker from: the running one, a new one in place of a dead one (while
+        restarts last), or None (fresh interpreters)."""
+        if self._template is not None and not self._template.alive():
+            self._template_failed(f"template {self._template.pid} died")
+        if self._template is None and self._use_template:
+            if self.template_starts > TEMPLATE_RESTARTS:
+                self._use_template = False
+                self.template_note += f"; {TEMPLATE_RESTARTS} restarts used, fresh interpreters from now on"
+                return None
+            self.template_starts += 1
+            try:
+                self._template = Template(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu)
+            except OSError as exc:
+                self.template_note = f"the template did not start ({exc})"
+                return None
+        return self._template
+
+    def _template_failed(self, why: str) -> None:
+        if self._template is not None:
+            self._template.close()
+            self._template = None
+        self.template_note = why
+
+    def _new_worker(self) -> WorkerProcess:
+        """A worker forked from the template, or a fresh interpreter when there is none (or it failed)."""
+        with self._template_lock:
+            if self._closed:
+                raise OSError("the prestarter is closed")
+            template = self._template_for_next()
+            if template is not None:
+                try:
+                    return WorkerProcess(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu,
+                                         template=template)
+                except TemplateError as exc:
+                    self._template_failed(str(exc))
+                    if exc.refused:  # any template here would refuse: stop paying their imports
+                        self._use_template = False
+            fresh = "fresh interpreter" if self.template_note == "off" else \
+                f"fresh interpreter (no template: {self.template_note})"
+        return WorkerProcess(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu, fresh_note=fresh)
+
+    @property
+    def template(self) -> Template | None:
+        """The running template, if any."""
+        return self._template
 
     def take(self) -> WorkerProcess:
         """A worker for the next evaluation: the waiting one if it is still alive, else a new one (cold)."""
@@ -213,14 +316,14 @@ class Prestarter:
         if worker is not None:
             self.hits += 1
             return worker
-        return WorkerProcess(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu)
+        return self._new_worker()
 
     def replenish(self) -> None:
         """Start a worker unless one is waiting. Call when nothing is being timed on this device."""
         with self._lock:
             if self._ready is not None:
                 return
-            self._ready = WorkerProcess(self.device, cpus=self.cpus, netns=self.netns, gpu=self.gpu)
+            self._ready = self._new_worker()
 
     def warm(self) -> None:
         """Let the waiting worker touch the GPU now (call once nothing is being timed)."""
@@ -235,8 +338,13 @@ class Prestarter:
         return self._ready
 
     def close(self) -> None:
-        """Stop and remove the waiting worker."""
+        """Stop and remove the waiting worker and the template (not waiting for a fork in progress: closing the
+        template ends it)."""
+        self._closed = True
         with self._lock:
             worker, self._ready = self._ready, None
         if worker is not None:
             worker.discard()
+        template = self._template
+        if template is not None:
+            template.close()

@@ -111,7 +111,8 @@ class EvalResult(TypedDict, total=False):
     seeding: dict[str, Any]
     """{"secret", "pool", "fresh_sets", "refresh_every"}: how correctness and timing inputs were drawn."""
     isolation: dict[str, Any]
-    """Which layers held the candidate process ({"env_allowlist", "netns", "netns_note", ...})."""
+    """Which layers held the candidate process ({"env_allowlist", "netns", "netns_note", ...}) and how it started
+    ("start": forked from a template, or a fresh interpreter and why)."""
     service: dict[str, Any]
     """The evaluation service: its evaluations, restarts, re-runs of this one, pid, time spent."""
     compiles: list[dict[str, Any]]

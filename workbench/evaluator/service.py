@@ -36,6 +36,7 @@ from workbench.devices import DeviceError, resolve_device
 from workbench.evaluator import assemble, crashes, isolation, limits, tether, wire
 from workbench.evaluator.assemble import Outcome
 from workbench.evaluator.errors import EvalAborted, EvalServiceError, EvalUsageError
+from workbench.evaluator.forked import ForkedChild
 from workbench.evaluator.prestart import Prestarter, WorkerProcess, kill_group, status
 from workbench.evaluator.submission import submit
 
@@ -84,6 +85,8 @@ class ServiceHealth:
     baseline: str | None
     netns: bool | None
     """Whether the last candidate process ran in a network namespace of its own (None: none ran yet)."""
+    template: str
+    """How candidate processes start: "forked from template PID", "off", or why they are fresh interpreters."""
     cache: dict[str, int]
 
 
@@ -469,6 +472,7 @@ class EvaluationService:
             outcome = watch.run()
             if isinstance(outcome, Outcome):
                 outcome.prestarted = prestarted
+                outcome.start = worker.start_note
                 if keep:
                     outcome.logs_dir = str(worker.tmp)
             return outcome
@@ -498,7 +502,16 @@ class EvaluationService:
             pid=proc.pid if proc else None, evaluations=self._count, restarts=self.restarts,
             faults=list(self.faults), prestarted=self._prestarter.hits if self._prestarter else 0,
             baseline=proc.baseline if proc else None, netns=self._last.get("netns"),
+            template=self._template_status(),
             cache=dict(self._last.get("cache") or {}))
+
+    def _template_status(self) -> str:
+        if self._prestarter is None:
+            return "off (no pre-started processes)"
+        template = self._prestarter.template
+        if template is not None and template.alive():
+            return f"forked from template {template.pid}"
+        return self._prestarter.template_note
 
     def abort(self) -> None:
         """Stop the evaluation in flight, from another thread (the run is stopping): its candidate process and the
@@ -683,6 +696,8 @@ class _Watch:
         stage = msg.get("stage") or self.stage
         message = crashes.worker_death(rc if rc not in (None, 0) else None, stage, str(self.sub.path), self.worker.log,
                                        str(self.worker.cand_dir / self.sub.path.name), str(msg.get("detail", "")))
+        if isinstance(proc, ForkedChild) and proc.template_lost:
+            message += "; its template process died first and took it along"
         if msg.get("healthy") is False:
             self.owner.faults.append(Fault("unhealthy", "the service's GPU context failed its health check after a "
                                            "candidate process faulted; restarted", evaluation=self.eval_id))

@@ -34,6 +34,16 @@ _RUN_MODULE = _PRELUDE + "import runpy\nrunpy.run_module(target, run_name='__mai
 _EXEC = _PRELUDE + "os.execvp(target, [target, *sys.argv[1:]])\n"
 
 
+def die_with_parent(parent: int) -> bool:
+    """Arm the death signal in this process now (a child forked by the template, which runs no prelude) and check
+    that `parent` is still its parent: False when it died before the request (then nobody will talk to us)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, ctypes.c_ulong(9), 0, 0, 0)  # PR_SET_PDEATHSIG = 1, SIGKILL = 9
+    return os.getppid() == parent
+
+
 def python_argv(module: str, *args: str) -> list[str]:
     """The argv that runs `python -m module args...` in a child tied to this process (see the module docstring)."""
     return [sys.executable, "-c", _RUN_MODULE, str(os.getpid()), module, *args]

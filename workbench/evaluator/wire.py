@@ -111,3 +111,13 @@ class FrameReader:
     def pending(self) -> int:
         """Bytes of an incomplete frame still buffered (non-zero at EOF means the writer died mid-frame)."""
         return len(self._buf)
+
+
+def encode_status(code: int) -> bytes:
+    """A forked child's exit status (Popen's convention: -N for signal N) as the template's status-socket message."""
+    return json.dumps({"status": code}).encode()
+
+
+def decode_status(data: bytes) -> int:
+    """The exit status in a status-socket message."""
+    return int(json.loads(data)["status"])

@@ -437,24 +437,13 @@ def _preload_gluon() -> None:
             return
 
 
-def main() -> int:
-    """Entry point: isolate and import (no GPU yet), wait to be told to warm up or configured, warm the device up,
-    say ready, then read the config.
+def isolate_and_import(netns: bool) -> dict[str, Any]:
+    """Everything a candidate process does before it may touch the GPU: its own network namespace (where asked and
+    allowed), then the imports (numpy, torch, triton, Gluon, the worker's own modules). Returns the ready report's
+    isolation part ({"netns", "netns_note", "import_s"}).
 
-    Everything before the configuration depends only on the device, so the process can be started before anyone
-    knows which candidate it will run (workbench.evaluator.prestart). It starts in two parts: imports, which touch
-    no GPU and may overlap another evaluation's timing, then (on a "warm" line on stdin, or with the config) the
-    CUDA context and Triton's first launch, which wait until nothing is being timed.
+    The fork server (workbench.evaluator.template) runs this once and forks a child per candidate from there.
     """
-    faulthandler.enable()
-    args = sys.argv[1:]
-    netns = "--netns" in args
-    args = [a for a in args if a != "--netns"]
-    if len(args) != 3:
-        print("usage: python -m workbench.evaluator.worker DEVICE IN_FD OUT_FD [--netns]  (config on stdin)",
-              file=sys.stderr)
-        return 2
-    device, fd_in, fd_out = args[0], int(args[1]), int(args[2])
     isolated, note = False, "not asked"
     if netns:
         # First, while this process has one thread: unshare(CLONE_NEWUSER) refuses a threaded process.
@@ -471,11 +460,18 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     # The worker's own modules, imported before the candidate so its sys.modules diff sees only its own imports.
-    from workbench.evaluator import diagnose, inputs, loading, slab, timing, warm, wire  # noqa: F401
-    from workbench.evaluator.prestart import WARM_LINE
+    from workbench.evaluator import diagnose, inputs, loading, prestart, slab, timing, warm, wire  # noqa: F401
     from workbench.evaluator.guards import runtime  # noqa: F401
 
-    imported = time.perf_counter()
+    return {"netns": isolated, "netns_note": note, "import_s": round(time.perf_counter() - started, 3)}
+
+
+def serve_when_told(device: str, fd_in: int, fd_out: int, report: dict[str, Any]) -> int:
+    """A candidate process's life from "imported" on: wait for "warm" or the config on stdin, create the CUDA context
+    and launch Triton once (CUDA), say ready (with `report`), read the config, serve one evaluation."""
+    from workbench.evaluator import warm, wire
+    from workbench.evaluator.prestart import WARM_LINE
+
     first = sys.stdin.buffer.readline()
     if not first.strip():
         return 0  # a pre-started process that was never used
@@ -483,8 +479,7 @@ def main() -> int:
     if device == "cuda":
         warm.touch("cuda")  # the context and Triton's first launch, in the main thread: no thread of ours remains
     try:
-        wire.write_frame(fd_out, wire.dump_json({"ready": True, "netns": isolated, "netns_note": note,
-                                                 "import_s": round(imported - started, 3)}))
+        wire.write_frame(fd_out, wire.dump_json({"ready": True, **report}))
     except OSError:
         return 0  # nobody will ever use this process
     text += sys.stdin.buffer.read()
@@ -495,6 +490,27 @@ def main() -> int:
         print(f"worker started for {device} but configured for {cfg['device']}", file=sys.stderr)
         return 2
     return Worker(cfg, (fd_in, fd_out)).serve()
+
+
+def main() -> int:
+    """Entry point of a fresh candidate process: isolate and import (no GPU yet), then serve_when_told.
+
+    Everything before the configuration depends only on the device, so the process can be started before anyone
+    knows which candidate it will run (workbench.evaluator.prestart). It starts in two parts: imports, which touch
+    no GPU and may overlap another evaluation's timing, then (on a "warm" line on stdin, or with the config) the
+    CUDA context and Triton's first launch, which wait until nothing is being timed.
+    """
+    faulthandler.enable()
+    args = sys.argv[1:]
+    netns = "--netns" in args
+    args = [a for a in args if a != "--netns"]
+    if len(args) != 3:
+        print("usage: python -m workbench.evaluator.worker DEVICE IN_FD OUT_FD [--netns]  (config on stdin)",
+              file=sys.stderr)
+        return 2
+    device, fd_in, fd_out = args[0], int(args[1]), int(args[2])
+    report = isolate_and_import(netns)
+    return serve_when_told(device, fd_in, fd_out, report)
 
 
 if __name__ == "__main__":
