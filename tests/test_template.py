@@ -208,3 +208,30 @@ def test_the_template_and_its_children_die_with_their_owner():
                     os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_started_cuda_driver_is_seen_by_its_threads():
+    """The template refuses to fork once the CUDA driver runs (its threads are named cuda-...), not merely because
+    a library mapped libcuda or numpy's BLAS pool runs threads."""
+    import threading
+
+    from workbench.evaluator import template
+
+    before = template._cuda_threads()
+    named, done = threading.Event(), threading.Event()
+
+    def driver_like() -> None:
+        with open("/proc/thread-self/comm", "w") as comm:
+            comm.write("cuda-EvtHandlr")
+        named.set()
+        done.wait(10)
+
+    thread = threading.Thread(target=driver_like)
+    thread.start()
+    try:
+        assert named.wait(10)
+        assert template._cuda_threads() == before + 1
+    finally:
+        done.set()
+        thread.join()
+    assert template._cuda_threads() == before

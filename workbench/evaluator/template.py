@@ -173,8 +173,11 @@ class _Server:
 
         if threading.active_count() > 1:
             return f"the template runs {threading.active_count()} Python threads"
-        if torch.cuda.is_initialized() or _cuda_driver_loaded():
-            return "the template has loaded the CUDA driver (forking after it is unsafe)"
+        if torch.cuda.is_initialized():
+            return "the template has initialised CUDA (forking after it is unsafe)"
+        driver = _cuda_threads()
+        if driver:
+            return f"the CUDA driver runs {driver} threads in the template (forking after its start is unsafe)"
         return None
 
     def _reply(self, msg: dict[str, Any]) -> None:
@@ -213,14 +216,28 @@ class _Server:
         return worker.serve_when_told(self.device, to_worker_r, from_worker_w, report)
 
 
-def _cuda_driver_loaded() -> bool:
-    """Whether libcuda is mapped here: torch and Triton load it only to initialise CUDA, which must happen in a
-    child, never before the fork (a conservative test: loaded is not yet initialised)."""
+def _native_threads() -> int:
+    """Threads of this process, the native ones included (numpy's BLAS pool among them: it re-forms in a child
+    through its fork handlers)."""
     try:
-        with open("/proc/self/maps") as maps:
-            return any("libcuda.so" in line for line in maps)
+        return len(os.listdir("/proc/self/task"))
     except OSError:
-        return False
+        return 1
+
+
+def _cuda_threads() -> int:
+    """Threads the CUDA driver started here ("cuda-EvtHandlr", "cuda0000..."): cuInit starts them, so none, with
+    torch.cuda.is_initialized() False, means no CUDA state a child could inherit. libcuda may already be mapped (the
+    imports map it on the H200 image, 2026-12-01): a driver loaded but never initialised is safe to fork, as
+    PyTorch's own forked data-loader workers rely on."""
+    count = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                count += comm.read().startswith("cuda")
+    except OSError:
+        pass
+    return count
 
 
 def _own_network_namespace() -> str:
@@ -256,8 +273,7 @@ def main() -> int:
     server = _Server(device, sock, report)
     refusal = server._unsafe()
     try:
-        threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
-        ready = {"ready": True, "pid": os.getpid(), "threads": threads, **report}
+        ready = {"ready": True, "pid": os.getpid(), "threads": _native_threads(), **report}
         sock.send(json.dumps({"error": refusal} if refusal else ready).encode())
     except OSError:
         return 0
