@@ -15,13 +15,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from workbench.evaluator import crashes, isolation, limits, tether, wire
+from workbench.evaluator import crashes, isolation, limits, scratch, tether, wire
 
 NO_TEMPLATE_ENV = "WORKBENCH_NO_TEMPLATE"
 """Set (to anything) to start every candidate process as a fresh interpreter."""
@@ -124,7 +123,7 @@ class Template:
 
     def __init__(self, device: str, *, cpus: set[int] | None = None, netns: bool = True, gpu: str | None = None):
         self.device = device
-        self.tmp = Path(tempfile.mkdtemp(prefix="workbench-template-"))
+        self.tmp = scratch.make("template")
         self.log = self.tmp / "template.log"
         self.info: dict[str, Any] | None = None
         """Its ready report ({"pid", "netns", "netns_note", "import_s", "threads"}) once it said ready."""

@@ -23,11 +23,10 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
-from workbench.evaluator import isolation, tether, wire
+from workbench.evaluator import isolation, scratch, tether, wire
 from workbench.evaluator.forked import ForkedChild, Template, TemplateError, templates_wanted
 
 WARM_LINE = b"warm"
@@ -44,7 +43,7 @@ def _slab_dir(tmp: Path) -> Path:
     try:
         st = os.statvfs(SHM_DIR)
         if st.f_bavail * st.f_frsize >= SHM_MIN_FREE and os.access(SHM_DIR, os.W_OK):
-            return Path(tempfile.mkdtemp(prefix="workbench-slab-", dir=SHM_DIR))
+            return scratch.make("slab", SHM_DIR)
     except OSError:
         pass
     return tmp
@@ -98,7 +97,7 @@ class WorkerProcess:
         self.device = device
         self.gpu = gpu
         """The GPU it may see (CUDA_VISIBLE_DEVICES), as its evaluation service does; None: the caller's."""
-        self.tmp = Path(tempfile.mkdtemp(prefix="workbench-eval-"))
+        self.tmp = scratch.make("eval")
         self.cand_dir = self.tmp / "candidate"
         self.cand_dir.mkdir()
         self.slabs = _slab_dir(self.tmp)

@@ -24,7 +24,6 @@ import select
 import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.devices import DeviceError, resolve_device
-from workbench.evaluator import assemble, crashes, isolation, limits, tether, wire
+from workbench.evaluator import assemble, crashes, isolation, limits, scratch, tether, wire
 from workbench.evaluator.assemble import Outcome
 from workbench.evaluator.errors import EvalAborted, EvalServiceError, EvalUsageError
 from workbench.evaluator.forked import ForkedChild
@@ -131,7 +130,7 @@ class _ServiceProcess:
     """The service process, its message pipe (in) and its request socket (out)."""
 
     def __init__(self, config: dict[str, Any], device: str, gpu: str | None, cpus: set[int] | None = None):
-        self.tmp = Path(tempfile.mkdtemp(prefix="workbench-service-"))
+        self.tmp = scratch.make("service")
         self.log = self.tmp / "service.log"
         msg_r, msg_w = os.pipe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -318,6 +317,7 @@ class EvaluationService:
         another service's timing CPUs); None: anywhere."""
         self._prestarter = Prestarter(self.device, cpus=spare or None, netns=isolation.netns_wanted(),
                                       gpu=self.gpu) if prestart else None
+        scratch.sweep_once()  # what killed runs on this machine left behind (their owners cannot)
         self._start()
         self._replenish(warm=True)
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import socket
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from workbench.evaluator import scratch
 from workbench.fleet.api import EvalJob, FleetError, SlotInfo
 from workbench.fleet.local import SlotFault
 
@@ -173,7 +173,7 @@ class SlotActor:
     """
 
     def __init__(self, data: TaskBundle, device: str) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="workbench-actor-"))
+        self.tmp = scratch.make("actor")
         self.task = unpack(data, self.tmp)
         self.device = device
         self.host = socket.gethostname()

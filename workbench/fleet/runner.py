@@ -9,12 +9,13 @@ replaced by a new one on the same GPU and the job goes to another slot).
 
 from __future__ import annotations
 
+import shutil
 import socket
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.evaluator import scratch
 from workbench.evaluator.errors import EvalAborted, EvalServiceError
 from workbench.fleet.api import EvalJob, SlotInfo
 from workbench.fleet.local import SlotFault
@@ -58,7 +59,7 @@ class ServiceRunner:
         """Told each step of the evaluation in flight (the pool's set_phase for this slot); must not block."""
         self.replaced = 0
         """Services made again after one failed twice on a job."""
-        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._scratch: Path | None = None
         """Where jobs whose file is not on this host are written from their source (made on first need)."""
 
     def _stage(self, stage: dict[str, Any]) -> None:
@@ -75,8 +76,8 @@ class ServiceRunner:
         except (OSError, UnicodeDecodeError):
             pass
         if self._scratch is None:
-            self._scratch = tempfile.TemporaryDirectory(prefix="workbench-slot-")
-        folder = Path(self._scratch.name) / job.id
+            self._scratch = scratch.make("slot")
+        folder = self._scratch / job.id
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / job.path.name
         path.write_text(job.source, encoding="utf-8")
@@ -129,5 +130,5 @@ class ServiceRunner:
         if service is not None:
             service.close()
         if self._scratch is not None:
-            self._scratch.cleanup()
+            shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
