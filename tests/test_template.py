@@ -234,4 +234,7 @@ def test_a_started_cuda_driver_is_seen_by_its_threads():
     finally:
         done.set()
         thread.join()
+    deadline = time.monotonic() + 10  # join() returns before the OS has removed the thread from /proc/self/task
+    while template._cuda_threads() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert template._cuda_threads() == before
