@@ -286,3 +286,17 @@ def test_task_hash_covers_the_oracle_files_only(tmp_path):
         assert after["sha256"] != before["sha256"] and changed_files(before, after) == [name]
         path.write_text(text)
     assert task_hash(folder) == before
+
+
+def test_the_tolerance_advice_is_the_least_value_that_clears_the_warning():
+    """task check's advice when the baseline's own error is near the tolerance: the smallest tolerance that clears
+    the warning, never a loosening far beyond what the baseline needs (it once advised 10x the error)."""
+    from workbench.tasks.check import WARN_FRACTION, tolerance_problem
+
+    assert tolerance_problem("o", 0.0039, 0.005, "H4") is None
+    for err, tol in [(0.00401, 0.005), (0.0413, 0.05), (0.0099, 0.01), (3.3e-5, 4e-5)]:
+        line = tolerance_problem("o", err, tol, "H4")
+        least = float(line.rsplit(" ", 1)[1])
+        assert err <= WARN_FRACTION * least and tolerance_problem("o", err, least, "H4") is None
+        assert least <= 1.1 * err / WARN_FRACTION, line  # two significant figures, rounded up
+    assert "no correct kernel" in tolerance_problem("o", 0.006, 0.005, "H4")

@@ -7,6 +7,7 @@ meta device where the task's make_inputs supports it.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,22 @@ def check_task(task: Task, device: str, compile_column: bool = False) -> CheckRe
     return report
 
 
+def tolerance_problem(name: str, err: float, tol: float, where: str) -> str | None:
+    """Whether the baseline's own error leaves a correct kernel of its precision room under the tolerance: above it
+    none could pass; above WARN_FRACTION of it one would fail on unlucky inputs. The suggested value is the least
+    that clears the warning (rounded up), so a person does not loosen a check more than the baseline needs."""
+    if not err <= tol:
+        return (f"tolerance.value: the baseline's own error on {name}, {err:.3g}, is above the tolerance {tol:.3g} on "
+                f"{where}: no correct kernel of the same precision could pass")
+    if err > WARN_FRACTION * tol:
+        least = float(f"{err / WARN_FRACTION:.2g}")
+        if least * WARN_FRACTION < err:
+            least = float(f"{least + 10 ** (math.floor(math.log10(least)) - 1):.2g}")
+        return (f"tolerance.value: the baseline's own error on {name}, {err:.3g}, is above {WARN_FRACTION}x the "
+                f"tolerance {tol:.3g} on {where}; raise it to at least {least:.2g}")
+    return None
+
+
 def _check_shape(task: Task, ref: Any, base_fn: Any, base_name: str, compiled: Any, params: dict[str, Any],
                  where: str, device: str, row: ShapeReport) -> str | None:
     """One shape's real checks; the first problem found, as one line."""
@@ -188,12 +205,9 @@ def _check_shape(task: Task, ref: Any, base_fn: Any, base_name: str, compiled: A
             err = probe.rel_rms(r, b)
             tol = task.tol(name)
             worst = max(worst, err)
-            if not err <= tol:
-                return (f"tolerance.value: the baseline's own error on {name}, {err:.3g}, is above the tolerance "
-                        f"{tol:.3g} on {where} (seed {seed}): no correct kernel of the same precision could pass")
-            if err > WARN_FRACTION * tol:
-                return (f"tolerance.value: the baseline's own error on {name}, {err:.3g}, is above {WARN_FRACTION}x "
-                        f"the tolerance {tol:.3g} on {where} (seed {seed}); raise it to at least {err / 0.1:.2g}")
+            problem = tolerance_problem(name, err, tol, f"{where} (seed {seed})")
+            if problem:
+                return problem
     row.baseline_err = worst
     row.ms = _time(base_fn, inputs, device)
     if compiled is not None:
