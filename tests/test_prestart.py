@@ -1,10 +1,10 @@
 """Pre-started candidate processes: ready before they are configured, used once, never shared, cleaned up."""
 
 import os
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from workbench.evaluator import EvaluationService, wire
 from workbench.evaluator.prestart import Prestarter, WorkerProcess
@@ -21,13 +21,6 @@ def _has_torch_loaded(pid: int) -> bool:
         return False
 
 
-def _wait_for(pred, seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
 
 
 def _gone(pid: int) -> bool:
@@ -42,14 +35,14 @@ def test_worker_says_ready_after_importing_torch_and_exits_unused():
     worker = WorkerProcess("cpu")
     try:
         to_worker, from_worker = worker.service_fds
-        assert _wait_for(lambda: _has_torch_loaded(worker.pid), 60), "it imports before it is told anything"
+        assert wait_until(lambda: _has_torch_loaded(worker.pid), 60), "it imports before it is told anything"
         worker.warm()
         ready = wire.read_frame(from_worker, 1 << 20)  # after the warm-up it was told to do
         assert b'"ready": true' in ready and _has_torch_loaded(worker.pid)
         assert b'"netns": true' in ready or b'"netns": false' in ready
         # Closing stdin unsent is how an owner lets an unused worker go: it exits on its own, status 0.
         worker.proc.stdin.close()
-        assert _wait_for(lambda: worker.proc.poll() is not None, 30)
+        assert wait_until(lambda: worker.proc.poll() is not None, 30)
         assert worker.proc.returncode == 0
     finally:
         worker.discard()

@@ -4,10 +4,10 @@
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from workbench.evaluator import EvaluationService, forked, wire
 from workbench.evaluator.prestart import WorkerProcess, kill_group, status
@@ -20,13 +20,6 @@ pytestmark = pytest.mark.skipif(not forked.templates_wanted() or not Path("/proc
                                 reason="forks from a template and reads /proc")
 
 
-def _wait_for(pred, seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -63,11 +56,11 @@ def test_a_forked_child_is_a_candidate_process_in_its_own_session_with_its_statu
                                                                      os.readlink("/proc/self/ns/net"))
         assert status(worker.proc) is None
         os.kill(worker.pid, signal.SIGTERM)
-        assert _wait_for(lambda: status(worker.proc) is not None, 10)
+        assert wait_until(lambda: status(worker.proc) is not None, 10)
         assert status(worker.proc) == -signal.SIGTERM, "Popen's convention"
         assert _stat(worker.pid)[0] == "Z", "kept unreaped (its pid and group id reserved) until the owner lets go"
         kill_group(worker.proc)
-        assert _wait_for(lambda: _stat(worker.pid) is None, 10), "the template reaps it once released"
+        assert wait_until(lambda: _stat(worker.pid) is None, 10), "the template reaps it once released"
     finally:
         worker.discard()
 
@@ -91,7 +84,7 @@ def test_the_next_evaluation_runs_when_the_template_died_between_candidates():
         first = service.evaluate(SEED)
         old = service._prestarter.template
         os.kill(old.pid, signal.SIGKILL)  # the waiting child dies with it (its death signal)
-        assert _wait_for(lambda: not service._prestarter.waiting.alive(), 10)
+        assert wait_until(lambda: not service._prestarter.waiting.alive(), 10)
         second = service.evaluate(SEED)
         third = service.evaluate(SEED)
         health = service.health()
@@ -199,7 +192,7 @@ def test_the_template_and_its_children_die_with_their_owner():
         os.kill(template, signal.SIGSTOP)  # a busy template would not read its socket's end either
         owner.send_signal(signal.SIGKILL)  # no code of the owner runs: only the death signals can end them
         owner.wait(10)
-        assert _wait_for(lambda: not _alive(template) and not _alive(child), 5), "they outlived their owner"
+        assert wait_until(lambda: not _alive(template) and not _alive(child), 5), "they outlived their owner"
     finally:
         owner.kill()
         for pid in (template, child):
@@ -234,7 +227,5 @@ def test_a_started_cuda_driver_is_seen_by_its_threads():
     finally:
         done.set()
         thread.join()
-    deadline = time.monotonic() + 10  # join() returns before the OS has removed the thread from /proc/self/task
-    while template._cuda_threads() != before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert template._cuda_threads() == before
+    # join() returns before the OS has removed the thread from /proc/self/task
+    assert wait_until(lambda: template._cuda_threads() == before, 10)

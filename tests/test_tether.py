@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from workbench.evaluator import tether
 
@@ -25,13 +26,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_until(predicate, seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 PARENT = """\

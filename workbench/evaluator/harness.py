@@ -203,9 +203,6 @@ class Service:
         if self._precompiled or self.device != "cuda" or self.baseline is None or not self.baseline.autotuned:
             return
         self._precompiled = True
-        import subprocess
-        import time
-
         from workbench.evaluator import precompile
 
         marker = precompile.marker_path(self.task_hash)
@@ -213,20 +210,10 @@ class Service:
             return
         shapes = [s.params for s in self.shapes.values() if s.role == "public" or self.cfg.get("prepare_heldout")]
         self.channel.announce("precompile", limits.TRUSTED_S["baseline"], trusted=True)
-        started = time.monotonic()
-        procs = precompile.spawn({"reference": self.cfg["reference"], "baseline": self.cfg["baseline"],
-                                  "task_dir": str(Path(self.cfg["reference"]).parent)}, shapes,
-                                 replayed=bool(self.tuned and self.tuned["applied"]))
-        ok = 0
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(1.0, started + limits.TRUSTED_S["baseline"] - time.monotonic()))
-                ok += proc.returncode == 0
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.precompiled = {"shapes": len(procs), "ok": ok, "s": round(time.monotonic() - started, 3)}
-        if ok == len(procs):
+        self.precompiled = precompile.run({"reference": self.cfg["reference"], "baseline": self.cfg["baseline"],
+                                           "task_dir": str(Path(self.cfg["reference"]).parent)}, shapes,
+                                          replayed=bool(self.tuned and self.tuned["applied"]))
+        if self.precompiled["ok"] == self.precompiled["shapes"]:
             marker.touch()
 
     def expected(self, shape: ShapeState, seed: int, slot: int) -> Prepared:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypedDict
 
 ENV = {"FLA_CACHE_RESULTS": "0", "TRITON_CACHE_AUTOTUNING": "0"}
 """Keep no autotuning choice made with the stand-in benchmark (FLA passes cache_results from FLA_CACHE_RESULTS)."""
@@ -72,6 +72,35 @@ def spawn(cfg: dict[str, Any], shapes: list[dict[str, Any]], replayed: bool = Fa
             proc.stdin.close()  # type: ignore[union-attr]
             procs.append(proc)
     return procs
+
+
+class Precompiled(TypedDict):
+    """What one precompile took: its processes, how many finished cleanly, and the wall time."""
+
+    shapes: int
+    """Processes (one or more per shape)."""
+    ok: int
+    s: float
+
+
+def run(cfg: dict[str, Any], shapes: list[dict[str, Any]], replayed: bool = False,
+        announce: Callable[[int], None] | None = None) -> Precompiled:
+    """Spawn the precompile processes (spawn) and wait for them within the trusted side's baseline limit; one that
+    runs past it is killed (the warm-up then compiles what it left). announce(processes) is called once they run."""
+    from workbench.evaluator import limits
+
+    started = time.monotonic()
+    procs = spawn(cfg, shapes, replayed=replayed)
+    if announce is not None:
+        announce(len(procs))
+    ok = 0
+    for proc in procs:
+        try:
+            ok += proc.wait(timeout=max(1.0, started + limits.TRUSTED_S["baseline"] - time.monotonic())) == 0
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return {"shapes": len(procs), "ok": ok, "s": round(time.monotonic() - started, 3)}
 
 
 def main() -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -92,27 +91,18 @@ def task_check(args: argparse.Namespace) -> int:
 def _precompile(task) -> None:  # noqa: ANN001 - tasks.model.Task
     """Before recording on a machine that never ran the baseline: compile its configs for every GPU shape at once,
     as the evaluation service does (precompile.py), so the check's autotuning benchmarks instead of compiling."""
-    import time
-
-    from workbench.evaluator import limits, precompile
+    from workbench.evaluator import precompile
 
     if task.baseline is None:
         return
     shapes = [s.params for group in ("cuda", "heldout") for s in task.shapes.get(group, [])]
-    started = time.monotonic()
-    procs = precompile.spawn({"reference": str(task.reference), "baseline": str(task.baseline),
-                              "task_dir": str(task.dir)}, shapes)
-    print(f"compiling the baseline's autotuning configs for {len(shapes)} shapes in {len(procs)} processes", flush=True)
-    failed = 0
-    for proc in procs:
-        try:
-            failed += proc.wait(timeout=max(1.0, started + limits.TRUSTED_S["baseline"] - time.monotonic())) != 0
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            failed += 1
-    print(f"compiled in {time.monotonic() - started:.1f} s" + (f" ({failed} processes failed; the check autotunes "
-                                                             "what they left)" if failed else ""), flush=True)
+    done = precompile.run({"reference": str(task.reference), "baseline": str(task.baseline),
+                           "task_dir": str(task.dir)}, shapes,
+                          announce=lambda n: print(f"compiling the baseline's autotuning configs for {len(shapes)} "
+                                                   f"shapes in {n} processes", flush=True))
+    failed = done["shapes"] - done["ok"]
+    print(f"compiled in {done['s']:.1f} s" + (f" ({failed} processes failed; the check autotunes what they left)"
+                                              if failed else ""), flush=True)
 
 
 def _save_choices(folder: Path) -> None:
