@@ -25,6 +25,22 @@ from fleet_jobs import drain, job
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "kernels" / "softmax" / "seed.py"
 OPTIONS = {"prepare_heldout": False, "secret_seeds": False}
+SLOW_FIRST_CALL = """
+
+_fast_forward = forward
+_first = [True]
+
+
+def forward(x):
+    # about 2 s of Python on this process's first call (the harness refuses `import time`): the test's poll of the
+    # actor's phase, every cluster.PHASE_POLL_S, sees this evaluation mid-step however fast the rest of it is
+    if _first[0]:
+        _first[0] = False
+        n = 0
+        for _ in range(40_000_000):
+            n += 1
+    return _fast_forward(x)
+"""
 
 pytestmark = pytest.mark.slow
 # No step here can hang CI: every wait below has a deadline, the pool's Ray calls have timeouts of their own
@@ -73,7 +89,9 @@ def test_two_ray_workers_evaluate_from_source_and_a_killed_worker_loses_no_job(l
         actor_pid = ray.get(actor.describe.remote(), timeout=30)["pid"]
         service_pid = ray.get(actor.service_pid.remote(), timeout=30)
         pool.submit(job("blocker", SEED, slot=names[1]))
-        pool.submit(job("victim", SEED))
+        slow = tmp_path / "slow_first_call.py"
+        slow.write_text(SEED.read_text() + SLOW_FIRST_CALL)
+        pool.submit(job("victim", slow))
         deadline = time.monotonic() + 60
         while not next(s for s in pool.slots() if s.info.slot == victim).phase.startswith("forward"):
             assert time.monotonic() < deadline, pool.slots()
