@@ -12,14 +12,14 @@ from textual.message import Message
 from textual.messages import Layout
 from textual.widgets import DataTable, Sparkline, TextArea
 
-from tests.snapshot_apps.fake_runtime import load_events
+from tests.snapshot_apps.fake_runtime import FloodRuntime, load_events
 from tests.snapshot_apps.live_app import live_screen, make_live_app, settle, wait_for
 from tests.snapshot_apps.live_app import pinned_utc  # noqa: F401 - autouse: log times in UTC
 from workbench.journal import Event
 from workbench.ui.formatting import EVENT_FILTERS, next_filter, passes
 from workbench.ui.messages import JournalEvent
 from workbench.ui.screens.events import EventDetailScreen, EventListScreen, detail_text
-from workbench.ui.screens.live import LiveScreen
+from workbench.ui.screens.live import FLUSH_INTERVAL, PANES_INTERVAL, LiveScreen
 from workbench.ui.widgets.diff_view import DiffView
 from workbench.ui.widgets.event_log import EventHighlighter, EventLog
 from workbench.ui.widgets.kernel_view import KernelView
@@ -170,6 +170,44 @@ async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch
         await pilot.pause()
         assert log.filter == "all" and bar.window_virtual_size == log.line_count == 33
         assert not [m for m in messages if isinstance(m, Layout) and m.widget is log], "the log laid out the screen"
+
+
+async def test_under_a_flood_the_log_follows_every_tick_and_the_other_panes_at_most_twice_a_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy run (several attempts a second) redraws the heavy panes on the tick no more often than PANES_INTERVAL,
+    while the log takes each tick's batch; once events stop, the panes catch up on the next allowed tick."""
+    import asyncio
+    import time
+
+    panes: list[float] = []
+    batches: list[float] = []
+    refresh_panes, write_events = LiveScreen.refresh_panes, EventLog.write_events
+
+    def counting_panes(self: LiveScreen) -> None:
+        panes.append(time.monotonic())
+        refresh_panes(self)
+
+    def counting_batches(self: EventLog, events: Any) -> None:
+        batches.append(time.monotonic())
+        write_events(self, events)
+
+    monkeypatch.setattr(LiveScreen, "refresh_panes", counting_panes)
+    monkeypatch.setattr(EventLog, "write_events", counting_batches)
+    runtime = FloodRuntime(rate=100)
+    app, _ = make_live_app(runtime)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        panes.clear()
+        batches.clear()
+        await asyncio.sleep(2.0)
+        gaps = [b - a for a, b in zip(panes, panes[1:])]
+        assert len(batches) >= 2 * len(panes) >= 4, (len(batches), len(panes))
+        assert gaps and min(gaps) >= PANES_INTERVAL - 0.01, gaps
+        runtime.rate = 1e-3  # the next event is due in 1,000 s
+        await asyncio.sleep(0.1)
+        seq = app.state.last_seq
+        await asyncio.sleep(PANES_INTERVAL + 2 * FLUSH_INTERVAL)
+        assert app.state.last_seq == seq and live_screen(app)._panes_stale is False, "the panes caught up"
 
 
 async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,9 @@
-"""LiveScreen: the running session at a glance; redrawn by a 0.15 s flush, never once per event."""
+"""LiveScreen: the running session at a glance; redrawn on a tick, never once per event: the log and the status
+line every 0.15 s, the other panes at most twice a second."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import cast
 
@@ -27,6 +29,11 @@ from workbench.ui.widgets.status_bar import StatusBar
 
 FLUSH_INTERVAL = 0.15
 """Seconds between UI flushes: fast enough to feel live, slow enough that a burst of events is one redraw."""
+PANES_INTERVAL = 0.5
+"""Least seconds between two redraws of the kernel, evaluation, fleet, profile, memory and metrics panes by the tick.
+A redraw of those is a frame of 10-25 ms on a 2-core box that evaluates on both cores (the kernel's highlighting, the
+tables' cells); at the tuner's pace of several attempts a second, redrawing them on every tick kept the main thread
+busy enough that a key often waited for such a frame. Twice a second still follows every evaluation."""
 
 
 class LiveScreen(Screen[None]):
@@ -86,24 +93,39 @@ class LiveScreen(Screen[None]):
         self._fleet_seen = 0
         """The app's fleet_seen when the fleet pane was last drawn."""
         self._panes_stale = False
-        """Events reached the log (a key drained them) that the other panes have not been redrawn for yet."""
+        """Events reached the log that the other panes have not been redrawn for yet."""
+        self._panes_drawn = 0.0
+        """When the tick last redrew the other panes (time.monotonic)."""
 
     def on_mount(self) -> None:
         self.refresh_panes()
         self.refresh_status()
-        self.set_interval(FLUSH_INTERVAL, self.flush)
+        self.set_interval(FLUSH_INTERVAL, self.tick)
 
-    def flush(self) -> None:
-        """Write every event that arrived since the last tick in one batch, then redraw what changed."""
+    def tick(self) -> None:
+        """The timer's flush: the log and the status line each time, the other panes once PANES_INTERVAL has passed."""
+        now = time.monotonic()
+        panes = now - self._panes_drawn >= PANES_INTERVAL
+        if self.flush(panes=panes):
+            self._panes_drawn = now
+
+    def flush(self, *, panes: bool = True) -> bool:
+        """Write every event that arrived since the last flush in one batch, then redraw what changed (the panes
+        other than the log and the status line only when `panes`); True if those panes were redrawn."""
+        drawn = False
         with self.app.batch_update():
             self.drain_log()
-            if self._panes_stale:
+            if panes and self._panes_stale:
                 self.refresh_panes()
-            elif self.workbench.fleet_seen != self._fleet_seen:
+                drawn = True
+            elif panes and self.workbench.fleet_seen != self._fleet_seen:
                 self.query_one(FleetPanel).show(self.workbench.state, self.workbench.fleet)
-            self._panes_stale = False
-            self._fleet_seen = self.workbench.fleet_seen
-            self.refresh_status()
+                drawn = True
+            if drawn:
+                self._panes_stale = False
+                self._fleet_seen = self.workbench.fleet_seen
+            self.refresh_status(metrics=panes)
+        return drawn
 
     def drain_log(self) -> None:
         """Write the events received since the last look to the log only; the other panes follow on the tick.
@@ -127,13 +149,15 @@ class LiveScreen(Screen[None]):
         self.query_one(ProfilerTable).show(app.current_profile(), app.best_profile())
         self.query_one(MemoryPanel).show(state)
 
-    def refresh_status(self) -> None:
-        """Redraw the status and metrics lines (once per tick: the clock moves even when no event arrives)."""
+    def refresh_status(self, *, metrics: bool = True) -> None:
+        """Redraw the status line (once per tick: the clock moves even when no event arrives), and the metrics line
+        with it unless `metrics` is False (the tick draws that with the other panes)."""
         app = self.workbench
         self.query_one(StatusBar).show(
             app.state, run_state=app.run_state, mode=app.mode, now=now_from(app.settings.frozen_clock)
         )
-        self.query_one(MetricsBar).show(app.state)
+        if metrics:
+            self.query_one(MetricsBar).show(app.state)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Grey out commands this TUI cannot deliver (attach mode without inbox, a run that has ended)."""
