@@ -325,6 +325,15 @@ def test_sanitizer_parse_and_fake_run(tmp_path):
     exe = _fake_ncu(tmp_path, 'echo "tool=$2"; echo "========= ERROR SUMMARY: 2 errors"\n')
     result = sanitizer.run("softmax", tmp_path / "k.py", "S1", tool="racecheck", exe=exe)
     assert result["errors"] == 2 and result["tool"] == "racecheck" and "--tool racecheck" in result["command"]
+    # the candidate's run failed: its "0 errors" checked nothing, so it is an error, not a clean result
+    exe = _fake_ncu(tmp_path, 'echo "RuntimeError: CUDA out of memory" >&2; '
+                              'echo "========= ERROR SUMMARY: 0 errors"; exit 1\n')
+    with pytest.raises(sanitizer.SanitizerError, match="failed with exit status 1 .*CUDA out of memory"):
+        sanitizer.run("softmax", tmp_path / "k.py", "S1", exe=exe)
+    # a failed run with errors found keeps them (the error may be why it failed)
+    exe = _fake_ncu(tmp_path, 'echo "========= ERROR SUMMARY: 3 errors"; exit 1\n')
+    result = sanitizer.run("softmax", tmp_path / "k.py", "S1", exe=exe)
+    assert result["errors"] == 3 and result["exit_status"] == 1
 
 
 def test_outside_observer_judges_ncus_kernel_list(tmp_path):

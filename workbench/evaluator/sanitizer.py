@@ -48,10 +48,11 @@ def run(task: str, file: str | Path, shape: str, *, tool: str = "memcheck", time
     """Run one shape of a candidate under compute-sanitizer.
 
     Returns:
-        {"tool", "shape", "errors", "problems": [first lines], "command"}.
+        {"tool", "shape", "errors", "problems": [first lines], "exit_status", "command"}.
 
     Raises:
-        SanitizerError: unknown tool, sanitizer missing, timeout, or no summary.
+        SanitizerError: unknown tool, sanitizer missing, timeout, no summary, or a run that failed with no error
+            found (its "0 errors" would say nothing of kernels that never ran).
     """
     if tool not in TOOLS:
         raise SanitizerError(f"unknown sanitizer tool {tool!r} (use {', '.join(TOOLS)})")
@@ -69,4 +70,10 @@ def run(task: str, file: str | Path, shape: str, *, tool: str = "memcheck", time
     except OSError as exc:
         raise SanitizerError(f"compute-sanitizer could not start: {exc}") from None
     found = parse(proc.stdout + proc.stderr)
-    return {"tool": tool, "shape": shape, **found, "command": " ".join(cmd)}
+    # --error-exitcode 0: the status is the driver's own, so non-zero means the candidate's run itself failed.
+    if proc.returncode != 0 and found["errors"] == 0:
+        last = next((ln.strip() for ln in reversed(proc.stderr.splitlines())
+                     if ln.strip() and not ln.startswith("=========")), "no message")
+        raise SanitizerError(f"the run under compute-sanitizer failed with exit status {proc.returncode} before "
+                             f"anything could be checked: {last}")
+    return {"tool": tool, "shape": shape, **found, "exit_status": proc.returncode, "command": " ".join(cmd)}
