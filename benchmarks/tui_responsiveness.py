@@ -3,6 +3,7 @@
 
 Run: PYTHONPATH=. python benchmarks/tui_responsiveness.py [--events 100000] [--rate 100] [--presses 20]
      PYTHONPATH=. python benchmarks/tui_responsiveness.py --tmux [--workers 2] [--presses 20] [--rounds 2]
+     PYTHONPATH=. python benchmarks/tui_responsiveness.py --tmux-cpu [--workers 2] [--seconds 20]
 
 1. A session of --events events is written through the real SessionStore and Journal (one fsync per event, as the
    runtime appends), in a realistic mix: model requests and responses with kernel-sized text, tool calls and results,
@@ -21,6 +22,9 @@ Run: PYTHONPATH=. python benchmarks/tui_responsiveness.py [--events 100000] [--r
 `tmux capture-pane` shows the log's new title. The same is measured for a bare Textual app (one label that `f`
 changes) while a headless run of the same tuner with the same --workers loads the machine the same way. Rounds
 alternate the two, so a change in the machine's other load falls on both.
+
+--tmux-cpu: the same TUI run in tmux, and the CPU each of its threads used over --seconds once the tuner evaluates
+(from /proc/PID/task/*/stat): the main thread is the one that draws and takes keys.
 """
 
 from __future__ import annotations
@@ -309,6 +313,53 @@ def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> 
     return ours, bare
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of `pid`, by thread id."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def tmux_cpu_main(workers: int, seconds: float) -> None:
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_tui_tmux import CONFIG, Tmux, descendants, kill
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "config.toml").write_text('theme = "workbench-ansi"\ncursor_blink = false\n')
+        env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(folder / "config.toml"), "ANTHROPIC_API_KEY": "",
+               "COLUMNS": "120", "LINES": "40"}
+        (folder / "tmux.conf").write_text(CONFIG)
+        tmux = Tmux(folder / "tmux.sock", folder / "tmux.conf")
+        pids: list[int] = []
+        try:
+            tmux.start("wb", env, "run", "softmax", "--agent", "tuner", "--device", "cpu", "--workers", str(workers),
+                       "--sessions-dir", str(folder / "s"))
+            tmux.wait("wb", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
+            pid = tmux.pid("wb")
+            time.sleep(3)
+            before, started = thread_cpu(pid), time.monotonic()
+            time.sleep(seconds)
+            after, elapsed = thread_cpu(pid), time.monotonic() - started
+            pids = descendants(pid)
+        finally:
+            tmux("kill-server", check=False)
+            kill(pids)
+    used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    others = sum(v for tid, v in used.items() if tid != pid)
+    print(f"| TUI process, tuner on --workers {workers}, {seconds:.0f} s | share of one core |")
+    print("|---|---|")
+    print(f"| main thread (draws, takes keys) | {100 * used.get(pid, 0.0) / elapsed:.1f}% |")
+    print(f"| its {len(used) - 1} other threads (agent, pool, Textual's input and output) | "
+          f"{100 * others / elapsed:.1f}% |")
+
+
 def tmux_main(workers: int, presses: int, rounds: int) -> None:
     rng = random.Random(11)
     ours: list[float] = []
@@ -338,6 +389,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--presses", type=int, default=20)
     parser.add_argument("--tmux", action="store_true", help="key-to-paint in a real tmux against a bare app")
+    parser.add_argument("--tmux-cpu", action="store_true", help="CPU of each thread of the TUI in tmux")
+    parser.add_argument("--seconds", type=float, default=20.0, help="with --tmux-cpu: how long to measure")
     parser.add_argument("--workers", type=int, default=2, help="with --tmux: the tuner's evaluation slots")
     parser.add_argument("--rounds", type=int, default=2, help="with --tmux: rounds of both measurements")
     parser.add_argument("--bare-app", action="store_true", help=argparse.SUPPRESS)
@@ -349,6 +402,9 @@ def main() -> None:
           f"{platform.platform()}")
     if args.tmux:
         tmux_main(args.workers, args.presses, args.rounds)
+        return
+    if args.tmux_cpu:
+        tmux_cpu_main(args.workers, args.seconds)
         return
     os.environ["TZ"] = "UTC"
     time.tzset()
