@@ -239,6 +239,37 @@ async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyP
         assert shown <= set(highlighted[before:]), "a new theme renders the lines in its colours"
 
 
+async def test_each_preset_keeps_its_own_newest_lines_and_a_switch_takes_the_pending_events() -> None:
+    """A preset's view is kept as events arrive (max_lines of its own), so a rare preset still shows its events
+    after many others, and a filter key with events still pending writes them with the switch."""
+    from textual.app import App, ComposeResult
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield EventLog(max_lines=3)
+
+    def event(seq: int, kind: str, **data: Any) -> dict[str, Any]:
+        return {"seq": seq, "ts": "2026-11-29T22:13:00.000Z", "type": kind, "data": data}
+
+    async with One().run_test(size=(100, 12)) as pilot:
+        log = pilot.app.query_one(EventLog)
+        log.write_events([event(1, "nudge.received", id="n1", text="try BLOCK=64"),
+                          *(event(2 + i, "tool.call", call_id=f"c{i}", tool="read_file", args={}) for i in range(5))])
+        assert log.line_count == 3 and all("tool.call" in line for line in log.lines), "all: the newest 3"
+        log.set_filter("nudges")
+        assert [("n1" in line, "try BLOCK=64" in line) for line in log.lines] == [(True, True)], \
+            "the nudge is older than the newest 3 events, and its preset kept it"
+        log.set_filter("tools", [event(7, "tool.result", call_id="c4", tool="read_file", ok=True, summary="ok"),
+                                 event(8, "error", message="boom")])
+        assert log.filter == "tools" and log.line_count == 3 and "tool.result" in log.lines[-1]
+        assert log.events_written == 8 and "8 events" in str(log.border_subtitle)
+        log.set_filter("nudges")
+        assert len(log.lines) == 2 and "boom" in log.lines[-1], "the error written with the switch is in its view"
+        log.set_filter("all")
+        assert [line.split()[2] for line in log.lines] == ["tool.call", "tool.result", "error"]
+        await pilot.pause()
+
+
 def test_filter_presets_cover_every_event_type_and_cycle() -> None:
     from workbench.journal.events import EVENT_TYPES
 

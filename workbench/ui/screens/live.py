@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -132,10 +132,16 @@ class LiveScreen(Screen[None]):
 
         A key that redraws the log calls this instead of flush(), so its frame repaints the log and nothing else.
         """
-        events = self.workbench.take_pending()
+        events = self._take_pending()
         if events:
             self.query_one(EventLog).write_events(events)
+
+    def _take_pending(self) -> list[dict[str, Any]]:
+        """The events received since the last look; the other panes are stale once there are any."""
+        events = self.workbench.take_pending()
+        if events:
             self._panes_stale = True
+        return events
 
     def refresh_panes(self) -> None:
         """Bring kernel, evaluation, profile and memory panes up to the app's state; each skips work if unchanged."""
@@ -188,10 +194,9 @@ class LiveScreen(Screen[None]):
         self.query_one(KernelView).cycle_view()
 
     def action_cycle_filter(self) -> None:
-        # Events still waiting for the tick reach the log first, so the rewrite includes everything received.
-        self.drain_log()
+        # Events still waiting for the tick go in with the switch (one rewrite), so it shows everything received.
         log = self.query_one(EventLog)
-        log.set_filter(next_filter(log.filter))
+        log.set_filter(next_filter(log.filter), self._take_pending())
 
     def action_list_events(self) -> None:
         self.drain_log()

@@ -10,7 +10,6 @@ widths are measured once as lines are formatted, and a batch or a filter changes
 from __future__ import annotations
 
 import re
-from collections import deque
 from typing import Any, Mapping, Sequence
 
 from rich.cells import cell_len
@@ -23,7 +22,7 @@ from textual.scroll_view import ScrollView
 from textual.selection import Selection
 from textual.strip import Strip
 
-from workbench.ui.formatting import event_line, filter_label, filter_types
+from workbench.ui.formatting import EVENT_FILTERS, event_line, filter_label
 from workbench.ui.palette import MUTED, theme_style
 from workbench.ui.widgets.pane import pane_css
 
@@ -103,10 +102,11 @@ class EventLog(ScrollView, can_focus=True):
         """Events received so far, shown or not (the view itself keeps only the newest max_lines)."""
         self.filter = "all"
         """The preset in force (a key of formatting.EVENT_FILTERS)."""
-        self.formatted: deque[tuple[str, str, int]] = deque(maxlen=self.max_lines)
-        """(type, line, cells) of the newest events, shown or not: a new filter redraws from these unformatted."""
-        self._lines: list[str] = []
-        """The lines shown, oldest first."""
+        self._views: dict[str, list[str]] = {key: [] for key, _label, _types in EVENT_FILTERS}
+        """Each preset's lines, oldest first, its newest max_lines: kept as events arrive, so a filter key switches
+        to a list instead of filtering every kept event again."""
+        self._lines: list[str] = self._views[self.filter]
+        """The lines shown: the current preset's view."""
         self._width = 0
         """Cells of the widest event received, shown or not: the virtual width (the view scrolls sideways). It does not
         change with the filter, so a filter key leaves the horizontal scrollbar as it is."""
@@ -148,29 +148,38 @@ class EventLog(ScrollView, can_focus=True):
         """Append one batch of journal records with a single write (follows the tail only at the bottom)."""
         if not events:
             return
+        follow = self.is_vertical_scroll_end and not self.is_vertical_scrollbar_grabbed
+        if self._append(events):
+            self._resize(follow)
+        self._describe()
+
+    def set_filter(self, key: str, events: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Append `events` (those not written yet), then switch preset: one rewrite on a key press, never per event."""
+        self._append(events)
+        self.filter = key
+        self._lines = self._views[key]
+        self._resize(follow=True)
+        self._describe()
+
+    def _append(self, events: Sequence[Mapping[str, Any]]) -> bool:
+        """Format `events` into every preset's view; True if the one shown got lines."""
+        if not events:
+            return False
         self.events_written += len(events)
         batch = []
         for event in events:
             line = _CONTROL.sub("\ufffd", event_line(event))
-            batch.append((str(event.get("type", "")), line, cell_len(line)))
-        self.formatted.extend(batch)
-        self._width = max(self._width, *(cells for _kind, _line, cells in batch))
-        types = filter_types(self.filter)
-        shown = [line for kind, line, _cells in batch if types is None or kind in types]
-        if shown:
-            follow = self.is_vertical_scroll_end and not self.is_vertical_scrollbar_grabbed
-            self._lines.extend(shown)
-            del self._lines[:-self.max_lines]
-            self._resize(follow)
-        self._describe()
-
-    def set_filter(self, key: str) -> None:
-        """Switch preset and redraw the kept lines that pass it: one rewrite on a key press, never per event."""
-        self.filter = key
-        types = filter_types(key)
-        self._lines = [line for kind, line, _cells in self.formatted if types is None or kind in types]
-        self._resize(follow=True)
-        self._describe()
+            batch.append((str(event.get("type", "")), line))
+            self._width = max(self._width, cell_len(line))
+        shown = False
+        for key, _label, types in EVENT_FILTERS:
+            added = [line for kind, line in batch if types is None or kind in types]
+            view = self._views[key]
+            view.extend(added)
+            if len(view) > self.max_lines:
+                del view[:len(view) - self.max_lines]
+            shown = shown or (bool(added) and key == self.filter)
+        return shown
 
     def _resize(self, follow: bool) -> None:
         """Take the extent of the lines now held, and go to the newest line when `follow`.
