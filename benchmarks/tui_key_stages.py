@@ -171,6 +171,8 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[s
             out.append({"send": t})
         elif out and name not in out[-1]:
             out[-1][name] = t - out[-1]["send"]
+            if name == "action1" and "action0" in out[-1]:
+                out[-1]["action_ms"] = out[-1]["action1"] - out[-1]["action0"]
             if name == "frame":
                 out[-1].update(frame_wall=float(values[0]), frame_cpu=float(values[1]),
                                preempted=float(values[2]))
@@ -186,9 +188,10 @@ def main() -> None:
     if args.probe:
         probe(args.probe[0], args.probe[1:])
         return
-    rows = ("in", "action0", "action1", "frame", "written", "seen", "frame_wall", "frame_cpu", "preempted")
-    """Stages as ms after the send ('frame' is when the frame's render ends), then the frame's own wall and CPU ms
-    and its involuntary context switches."""
+    rows = ("in", "action0", "action1", "frame", "written", "seen", "action_ms", "frame_wall", "frame_cpu",
+            "preempted")
+    """Stages as ms after the send ('frame' is when the frame's render ends), then the action's and the frame's own
+    ms and the frame's involuntary context switches."""
     with tempfile.TemporaryDirectory() as tmp:
         results = {which: measure(which, args.workers, args.presses, Path(tmp)) for which in ("workbench", "bare")}
     print(f"| stage (median ms after tmux send-keys; {args.presses} presses, tuner on {args.workers} CPU slots) | "
