@@ -185,6 +185,21 @@ cp {FIXTURES / 'ncu_seed_S1.csv'} "$log"
     assert "workbench.profiler.drive --task softmax" in result["command"]
 
 
+def test_run_profiles_on_the_gpu_it_is_given(tmp_path):
+    """A slot's observer runs ncu on that slot's GPU (CUDA_VISIBLE_DEVICES), not on this process's first one."""
+    seen = tmp_path / "visible"
+    exe = _fake_ncu(tmp_path, f"""
+log=""
+while [ $# -gt 0 ]; do case "$1" in --log-file) log="$2"; shift;; esac; shift; done
+echo "${{CUDA_VISIBLE_DEVICES-unset}}" >> {seen}
+cp {FIXTURES / 'ncu_seed_S1.csv'} "$log"
+""")
+    ncu.run("softmax", FIXTURES / "record_gpu.py", "S1", ncu=exe, gpu="GPU-3f2a")
+    ncu.run("softmax", FIXTURES / "record_gpu.py", "S1", ncu=exe)
+    assert seen.read_text().splitlines()[0] == "GPU-3f2a"
+    assert seen.read_text().splitlines()[1] == os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+
+
 def test_run_reports_permission_failure(tmp_path):
     exe = _fake_ncu(tmp_path, 'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"; exit 1\n')
     with pytest.raises(ncu.NcuError, match="may not read the GPU performance counters"):
@@ -344,17 +359,17 @@ def test_outside_observer_judges_ncus_kernel_list(tmp_path):
                       "    pass\n\n\ndef forward(x):\n    return x\n")
     seen = {}
 
-    def runner(task, file, shape, *, metrics, timeout_s):
-        seen.update(task=task, shape=shape, metrics=metrics)
+    def runner(task, file, shape, *, metrics, timeout_s, gpu):
+        seen.update(task=task, shape=shape, metrics=metrics, gpu=gpu)
         return {"rows": [{"kernel": "_softmax_tile", "launches": 1, "metrics": {}},
                          {"kernel": "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
                           "launches": 1, "metrics": {}}]}
 
-    found = observer.check("softmax", kernel, "S1", runner=runner)
-    assert seen == {"task": "softmax", "shape": "S1", "metrics": [observer.DURATION_METRIC]}
+    found = observer.check("softmax", kernel, "S1", gpu="GPU-3f2a", runner=runner)
+    assert seen == {"task": "softmax", "shape": "S1", "metrics": [observer.DURATION_METRIC], "gpu": "GPU-3f2a"}
     assert found["kernels"][0] == "_softmax_tile" and found["problems"] == []
 
-    def foreign(task, file, shape, *, metrics, timeout_s):
+    def foreign(task, file, shape, *, metrics, timeout_s, gpu):
         return {"rows": [{"kernel": "_softmax_tile"}, {"kernel": "sm90_xmma_gemm_bf16bf16_bf16f32"}]}
 
     found = observer.check("softmax", kernel, "S1", runner=foreign)

@@ -350,7 +350,7 @@ def test_a_new_best_whose_kernels_ncu_sees_as_foreign_is_refused(tmp_path):
     """The outside observer (ncu on CUDA) lists the kernels; one that is not the candidate's demotes the best."""
     seen = []
 
-    def observer(task, path):
+    def observer(task, path, gpu):
         config = read_declared(path.read_text()).config
         seen.append(config["BLOCK"])
         foreign = config["BLOCK"] == 2
@@ -371,7 +371,7 @@ def test_a_new_best_whose_kernels_ncu_sees_as_foreign_is_refused(tmp_path):
 
 
 def test_an_observer_that_cannot_run_is_noted_and_the_best_stands(tmp_path):
-    def observer(task, path):
+    def observer(task, path, gpu):
         raise RuntimeError("ncu may not read the GPU performance counters here (ERR_NVGPUCTRPERM)")
 
     runtime, files = new_runtime(tmp_path, Budget(max_iterations=2), heldout_passing_evaluator(), observer)

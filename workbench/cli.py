@@ -153,21 +153,27 @@ def _pool(task, device: str, workers: int | None, cluster: str):
     from workbench.fleet import FleetError, make_pool
 
     try:
-        pool = make_pool(task, device, workers=workers, cluster=None if cluster == "local" else cluster)
+        pool = make_pool(task, device, workers=workers, cluster=None if cluster == "local" else cluster,
+                         observer=_observer(device))
     except FleetError as exc:
         raise CliError(str(exc)) from None
     return pool, pool.reference()
 
 
-def _runtime(files, state, task, backend, *, device: str, budget, pool, cluster: str):
-    """The runtime for a run, on its pool (built by _pool, owned by the runtime from here), with the observer the
-    device calls for."""
+def _observer(device: str):
+    """The slots' look at a new best's kernels from outside its process: ncu on CUDA, none on the CPU."""
     from workbench.agent.evaluation import ncu_observer
+
+    return ncu_observer if device == "cuda" else None
+
+
+def _runtime(files, state, task, backend, *, device: str, budget, pool, cluster: str):
+    """The runtime for a run, on its pool (built by _pool, owned by the runtime from here)."""
     from workbench.agent.runtime import AgentRuntime
 
     pool, reference = pool
     return AgentRuntime(files, state, task, backend, device=device, budget=budget, pool=pool, reference=reference,
-                        cluster=cluster, kernel_observer=ncu_observer if device == "cuda" else None)
+                        cluster=cluster)
 
 
 def _device(requested: str | None) -> str:

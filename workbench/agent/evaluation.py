@@ -1,6 +1,6 @@
 """Evaluating attempts for the runtime on the run's evaluation pool: jobs out, results journaled as they come, the
-journal cache, the held-out gate of a new best (confirmed on the reference slot), the outside-process kernel
-observer and the profile events.
+journal cache, the held-out gate of a new best (confirmed on the reference slot, whose runner also lists its kernels
+from outside the candidate process: workbench.fleet.observe) and the profile events.
 
 The pool (workbench.fleet.api) runs evaluations on its slots, any number at once; `Evaluations` is the only place
 its reports become journal events, always on the runtime's thread: `eval.queued` before the pool sees a job,
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from workbench.evaluator.result import EvalResult, public_part
+from workbench.fleet.observe import heldout_passed
 from workbench.fleet.api import (
     EvalJob,
     EvaluationPool,
@@ -62,10 +63,6 @@ if TYPE_CHECKING:
 HELDOUT_DIR = "heldout"
 """Session subfolder with held-out results: the person may read it, the agent's tools may not."""
 
-KernelObserver = Callable[["Task", Path], dict[str, Any]]
-"""Lists a candidate's kernels from outside its process: {'problems': [...]} or {'error': ...}."""
-
-
 class Evaluator(Protocol):
     """Evaluates one candidate file of a task on the device it was made for."""
 
@@ -93,11 +90,12 @@ class FunctionEvaluator:
         """Nothing to release."""
 
 
-def ncu_observer(task: "Task", path: Path) -> dict[str, Any]:
-    """ncu's kernel list for one call of the task's first CUDA shape (workbench.profiler.observer)."""
+def ncu_observer(task: "Task", path: Path, gpu: str | None) -> dict[str, Any]:
+    """ncu's kernel list for one call of the task's first CUDA shape on `gpu` (workbench.profiler.observer); a slot's
+    KernelObserver (workbench.fleet.observe)."""
     from workbench.profiler import observer
 
-    return observer.check(task.name, path, task.shapes["cuda"][0].name)
+    return observer.check(task.name, path, task.shapes["cuda"][0].name, gpu=gpu)
 
 
 def json_safe(value: Any) -> Any:
@@ -135,7 +133,7 @@ class Evaluations:
 
     def __init__(self, pool: EvaluationPool, *, task: "Task", state: "SessionState", files: "SessionFiles",
                  emit: Callable[[str, dict[str, Any]], "Event"], attempt_path: Callable[[int], Path],
-                 observer: KernelObserver | None = None, reference: str | None = None) -> None:
+                 reference: str | None = None) -> None:
         self.pool = pool
         """Runs the evaluations; closed by close()."""
         self.task = task
@@ -145,8 +143,6 @@ class Evaluations:
         """The session folder: attempts/NNNN/result.json, heldout/NNNN.json."""
         self._emit = emit
         self._attempt_path = attempt_path
-        self.observer = observer
-        """Lists a new best's kernels from outside its process (ncu on CUDA); None skips that check."""
         self.reference = reference or pool.slots()[0].info.slot
         """The slot that confirms new bests; moves when it retires."""
         self._stale: dict[str, str] = {}
@@ -184,7 +180,7 @@ class Evaluations:
             data["requeue_of"] = requeue_of
         self._emit("eval.queued", dict(data))
         self.pool.submit(EvalJob(job_id, n, self._attempt_path(n), self.state.attempts[n].source, heldout=heldout,
-                                 kind=kind, slot=data.get("slot")))
+                                 kind=kind, slot=data.get("slot"), observe=kind == "heldout"))
         return job_id
 
     def request(self, n: int, *, force: bool = False, branch: int | None = None, call: str = "") -> "Evaluated | None":
@@ -346,19 +342,17 @@ class Evaluations:
         measured_here = attempt.slot == slot.slot
         public = public_part(self._candidate_result(n) if measured_here else check)
         public_ok = all(s.get("correct") is not False for s in check.get("shapes", []))
-        passed = check.get("verdict") == "ok" and all(s.get("correct") for s in hidden)
+        passed = heldout_passed(check)
         if not passed:
             public["verdict"] = check.get("verdict") if check.get("verdict") != "ok" else "incorrect"  # type: ignore[typeddict-item]
             public["message"] = (f"failed on held-out shapes (details hidden from the agent, in "
                                  f"{HELDOUT_DIR}/{n:04d}.json)") if public_ok else check.get("message", "")
-        observed: dict[str, Any] | None = None
-        if passed and self.observer is not None:
-            observed = self._observe(path)
-            if observed.get("problems"):
-                passed = False
-                public["verdict"] = "forbidden"
-                public["message"] = (f"{path.name}: {observed['problems'][0]} "
-                                     "(seen by ncu, outside the candidate process)")
+        observed = check.get("observed") if passed else None  # the slot's look from outside (fleet.observe)
+        if observed is not None and observed.get("problems"):
+            passed = False
+            public["verdict"] = "forbidden"
+            public["message"] = (f"{path.name}: {observed['problems'][0]} "
+                                 "(seen by ncu, outside the candidate process)")
         summary = HeldoutSummary(shapes=len(hidden), passed=passed, speedup=check.get("heldout_speedup"))
         data = EvalFinished(attempt=n, check="heldout", result=public, heldout=summary, job=job.id,
                             slot=slot.to_dict(), **self._asker(job))  # type: ignore[typeddict-item]
@@ -374,15 +368,6 @@ class Evaluations:
             return json.loads((self.files.attempt_dir(n) / "result.json").read_text())
         except (OSError, ValueError):
             return journaled_result(self.state.attempts[n])
-
-    def _observe(self, path: Path) -> dict[str, Any]:
-        """The kernel list of the new best from outside its process; an observer that cannot run is noted, and the
-        best stands on the evaluator's own provenance check."""
-        assert self.observer is not None
-        try:
-            return self.observer(self.task, path)
-        except Exception as exc:  # noqa: BLE001 - ncu missing or not permitted must not stop a run
-            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
     def _profile(self, n: int, profile: dict[str, Any], best: int | None) -> None:
         """Journal an evaluation's kernel table and roofline, with deltas against the best attempt's profile."""

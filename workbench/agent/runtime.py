@@ -32,7 +32,7 @@ from workbench.agent.budget import Budget
 from workbench.agent.checkpoints import Checkpoints
 from workbench.agent.commands import Command, CommandDesk
 from workbench.agent.edits import WorkingCopy, WorkingCopyError
-from workbench.agent.evaluation import Evaluated, Evaluations, Evaluator, KernelObserver
+from workbench.agent.evaluation import Evaluated, Evaluations, Evaluator
 from workbench.agent.memory import SessionMemory, plan_compaction
 from workbench.agent.sink import FleetView, NullSink, RunSink
 from workbench.agent.slots import evaluator_pool
@@ -45,6 +45,7 @@ from workbench.session.state import SessionState, apply
 
 if TYPE_CHECKING:
     from workbench.fleet.api import EvaluationPool
+    from workbench.fleet.observe import KernelObserver
     from workbench.session.store import SessionFiles
     from workbench.tasks import Task
 
@@ -103,6 +104,8 @@ class AgentRuntime:
         pool: the run's evaluation slots (the CLI's --workers / --cluster), closed when the run ends.
         reference: the slot that confirms a new best (default: the pool's first).
         cluster: how the pool was made ('local' or 'ray'), journaled in run.started.
+        kernel_observer: with evaluator, the slot's look at a new best's kernels from outside (workbench.fleet.observe);
+            a pool's slots have their own (make_pool's observer).
     """
 
     def __init__(
@@ -119,10 +122,12 @@ class AgentRuntime:
         reference: str | None = None,
         cluster: str = "local",
         checkpoint_every: int = 200,
-        kernel_observer: KernelObserver | None = None,
+        kernel_observer: "KernelObserver | None" = None,
     ) -> None:
         if (evaluator is None) == (pool is None):
             raise ValueError("AgentRuntime: pass an evaluator or a pool, not both or neither")
+        if kernel_observer is not None and pool is not None:
+            raise ValueError("AgentRuntime: a pool's slots run their own observer (make_pool(observer=...))")
         backends = list(backend) if isinstance(backend, (list, tuple)) else [backend]
         self.files = files
         """The session folder (SessionFiles) holding the journal writer."""
@@ -152,9 +157,9 @@ class AgentRuntime:
         self.working_copy = WorkingCopy(files.dir / "kernel.py", state)
         """sessions/<id>/kernel.py, for the person to edit in their own editor."""
         self._pools: Callable[[], "EvaluationPool"] = (
-            (lambda: evaluator_pool([evaluator], task, device if device in ("cpu", "cuda") else "cpu"))
+            (lambda: evaluator_pool([evaluator], task, device if device in ("cpu", "cuda") else "cpu",
+                                    observer=kernel_observer))
             if evaluator is not None else self._once(pool))
-        self._observer = kernel_observer
         self._reference = reference
         self.evaluations = self._evaluations()
         """Evaluates attempts on the run's pool; closed when a run ends (the next run makes a new one)."""
@@ -187,7 +192,7 @@ class AgentRuntime:
 
     def _evaluations(self) -> Evaluations:
         return Evaluations(self._pools(), task=self.task, state=self.state, files=self.files, emit=self.emit,
-                           attempt_path=self.attempt_path, observer=self._observer, reference=self._reference)
+                           attempt_path=self.attempt_path, reference=self._reference)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event, commands: "queue.Queue[Command] | None" = None,

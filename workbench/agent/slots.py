@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from workbench.fleet.api import EvalJob, SlotInfo
 from workbench.fleet.local import LocalPool
+from workbench.fleet.observe import KernelObserver, observe
 
 if TYPE_CHECKING:
     from workbench.agent.evaluation import Evaluator
@@ -20,15 +21,23 @@ if TYPE_CHECKING:
 
 
 class EvaluatorRunner:
-    """A slot runner over an Evaluator (SlotRunner): the job's file of the task, with the held-out flag."""
+    """A slot runner over an Evaluator (SlotRunner): the job's file of the task, with the held-out flag, and the
+    observer's look at a passing held-out check when the job asks."""
 
-    def __init__(self, evaluator: "Evaluator", task: "Task") -> None:
+    def __init__(self, evaluator: "Evaluator", task: "Task", observer: KernelObserver | None = None,
+                 gpu: str | None = None) -> None:
         self.evaluator = evaluator
         self.task = task
+        self.observer = observer
+        self.gpu = gpu
+        """The GPU the observer runs on (the slot's)."""
 
     def run(self, job: EvalJob) -> "EvalResult":
         """Evaluate the job's attempt file."""
-        return self.evaluator.evaluate(self.task, job.path, heldout=job.heldout)
+        result = self.evaluator.evaluate(self.task, job.path, heldout=job.heldout)
+        if job.observe:
+            observe(self.observer, self.task, job.path, self.gpu, result)
+        return result
 
     def abort(self) -> None:
         """Nothing: a plain Evaluator cannot be stopped from outside, so the evaluation runs to its end and the pool
@@ -39,7 +48,9 @@ class EvaluatorRunner:
         self.evaluator.close()
 
 
-def evaluator_pool(evaluators: Sequence["Evaluator"], task: "Task", device: str = "cpu") -> LocalPool:
+def evaluator_pool(evaluators: Sequence["Evaluator"], task: "Task", device: str = "cpu",
+                   observer: KernelObserver | None = None) -> LocalPool:
     """A pool of one slot per evaluator, named '<device>:<i>' (slot 0 is the reference)."""
-    return LocalPool([(SlotInfo(f"{device}:{i}", device, gpu=str(i) if device == "cuda" else None),
-                       EvaluatorRunner(evaluator, task)) for i, evaluator in enumerate(evaluators)])
+    gpus = [str(i) if device == "cuda" else None for i in range(len(evaluators))]
+    return LocalPool([(SlotInfo(f"{device}:{i}", device, gpu=gpus[i]),
+                       EvaluatorRunner(evaluator, task, observer, gpus[i])) for i, evaluator in enumerate(evaluators)])

@@ -119,6 +119,9 @@ class EvalResult(TypedDict, total=False):
     """Triton compiles the candidate process reported ({"kernel", "s"}), which the time limits allowed for."""
     measured_on: MeasuredOn
     """The slot, GPU and host the evaluation ran on (set by the evaluation pool's slot, not by the service)."""
+    observed: dict[str, Any]
+    """A passing held-out check's kernel list from outside the candidate process, by its slot (workbench.fleet.observe):
+    {"observer", "shape", "kernels", "problems"}, or {"error"} when the observer could not run."""
 
 
 CONTRACT_KEYS: tuple[str, ...] = ("task", "file", "sha256", "device", "verdict", "message", "shapes", "speedup",

@@ -73,6 +73,9 @@ class EvalJob:
     kind: JobKind = "candidate"
     slot: str | None = None
     """Run only on this slot (the reference GPU that confirms a new best); None: any slot of the right device."""
+    observe: bool = False
+    """With heldout: if the check passes, the slot also lists the candidate's kernels from outside its process (its
+    runner's observer, on its GPU, before its next job; workbench.fleet.observe) into result["observed"]."""
 
     @property
     def priority(self) -> int:

@@ -25,6 +25,7 @@ from workbench.fleet.local import SlotFault
 
 if TYPE_CHECKING:
     from workbench.evaluator.result import EvalResult
+    from workbench.fleet.observe import KernelObserver
     from workbench.tasks import Task
 
 EXTRA = "pip install -e '.[cluster]'"
@@ -207,7 +208,8 @@ class SlotActor:
         return {"host": self.host, "gpu": self.gpu, "gpu_name": self.gpu_name, "busy": self.busy,
                 "pid": os.getpid()}
 
-    def start(self, slot: str, share: int, shares: int, options: dict[str, Any]) -> int:
+    def start(self, slot: str, share: int, shares: int, options: dict[str, Any],
+              observer: "KernelObserver | None" = None) -> int:
         """Start the slot's service (share: this actor's place among the host's CPU slots); returns its pid."""
         from workbench.evaluator.service import EvaluationService, usable_cpus
         from workbench.fleet import gpus
@@ -225,7 +227,7 @@ class SlotActor:
             return EvaluationService(self.task, self.device, gpu=self.uuid or self.gpu, cpus=cpus or None,
                                      spare_cpus=spare or None, **options)
 
-        self.runner = ServiceRunner(info, make)
+        self.runner = ServiceRunner(info, make, observer)
         self.runner.on_phase = self._set_phase
         health = self.runner.service.health()
         return int(health.pid or 0)
@@ -348,9 +350,11 @@ class RayRunner:
             pass
 
 
-def ray_slots(task: "Task", device: str, *, workers: int | None,
-              service_options: dict[str, Any]) -> tuple[list[tuple[SlotInfo, RayRunner]], list[tuple[SlotInfo, str]]]:
-    """One actor per GPU of the cluster (CUDA; at most `workers`), or `workers` CPU actors (default one per node).
+def ray_slots(task: "Task", device: str, *, workers: int | None, service_options: dict[str, Any],
+              observer: "KernelObserver | None" = None,
+              ) -> tuple[list[tuple[SlotInfo, RayRunner]], list[tuple[SlotInfo, str]]]:
+    """One actor per GPU of the cluster (CUDA; at most `workers`), or `workers` CPU actors (default one per node);
+    each actor runs `observer` (sent by reference: a module-level function) for its own held-out checks.
 
     Raises:
         FleetError: no GPU in the cluster, more workers than it has, actors that do not start.
@@ -397,7 +401,7 @@ def ray_slots(task: "Task", device: str, *, workers: int | None,
         starts = []
         for info, actor in slots:
             starts.append(actor.start.remote(info.slot, shares[info.host], per_host[info.host],
-                                             dict(service_options)))
+                                             dict(service_options), observer))
             shares[info.host] += 1
         ray.get(starts, timeout=START_TIMEOUT_S)
     except FleetError:

@@ -26,6 +26,7 @@ from workbench.fleet.api import FleetError, SlotInfo
 from workbench.fleet.local import LocalPool
 
 if TYPE_CHECKING:
+    from workbench.fleet.observe import KernelObserver
     from workbench.tasks import Task
 
 Cluster = Literal["ray"]
@@ -73,7 +74,7 @@ def _device(device: str) -> str:
 
 
 def make_pool(task: "Task", device: str, *, workers: int | None = None, cluster: str | None = None,
-              service_options: Mapping[str, Any] | None = None) -> LocalPool:
+              service_options: Mapping[str, Any] | None = None, observer: "KernelObserver | None" = None) -> LocalPool:
     """The evaluation pool for a run of `task` on `device`.
 
     Args:
@@ -83,6 +84,8 @@ def make_pool(task: "Task", device: str, *, workers: int | None = None, cluster:
             the CPU (one per Ray node).
         cluster: None (this host) or "ray" (RAY_ADDRESS, or a local Ray started for the run).
         service_options: keyword arguments for each slot's EvaluationService (seeds, precision, ...).
+        observer: each slot's look at a passing held-out check's kernels from outside (workbench.fleet.observe);
+            a module-level function, since Ray sends it to its actors.
 
     Raises:
         FleetError: more workers than free GPUs on CUDA, every GPU busy, Ray missing or not answering.
@@ -92,11 +95,12 @@ def make_pool(task: "Task", device: str, *, workers: int | None = None, cluster:
     if cluster == "ray":
         from workbench.fleet import cluster as ray_cluster
 
-        slots, skipped = ray_cluster.ray_slots(task, resolved, workers=workers, service_options=options)
+        slots, skipped = ray_cluster.ray_slots(task, resolved, workers=workers, service_options=options,
+                                               observer=observer)
     elif resolved == "cuda":
-        slots, skipped = _gpu_slots(task, workers, options)
+        slots, skipped = _gpu_slots(task, workers, options, observer)
     else:
-        slots, skipped = _cpu_slots(task, workers or 1, options)
+        slots, skipped = _cpu_slots(task, workers or 1, options, observer)
     pool = LocalPool(slots, skipped)  # type: ignore[arg-type]
     for info, runner in slots:
         runner.on_phase = functools.partial(pool.set_phase, info.slot)
@@ -134,7 +138,8 @@ def _choose_gpus(workers: int | None) -> tuple[list, list[tuple[SlotInfo, str]]]
     return (free[:workers] if workers is not None else free), skipped
 
 
-def _gpu_slots(task: "Task", workers: int | None, options: dict[str, Any]) -> tuple[list, list]:
+def _gpu_slots(task: "Task", workers: int | None, options: dict[str, Any],
+               observer: "KernelObserver | None" = None) -> tuple[list, list]:
     from workbench.evaluator.service import EvaluationService
     from workbench.fleet import gpus
     from workbench.fleet.runner import ServiceRunner
@@ -147,7 +152,7 @@ def _gpu_slots(task: "Task", workers: int | None, options: dict[str, Any]) -> tu
             info = SlotInfo(f"cuda:{gpu.index}", "cuda", gpu=gpu.index, gpu_name=gpu.name)
             make = functools.partial(EvaluationService, task, "cuda", gpu=gpu.uuid or gpu.index, cpus=cpus or None,
                                      spare_cpus=plan.spare, **options)
-            slots.append((info, ServiceRunner(info, make)))
+            slots.append((info, ServiceRunner(info, make, observer)))
     except BaseException:
         for _, runner in slots:
             runner.close()
@@ -164,7 +169,8 @@ def _check_cpu_workers(workers: int) -> list[int]:
     return allowed
 
 
-def _cpu_slots(task: "Task", workers: int, options: dict[str, Any]) -> tuple[list, list]:
+def _cpu_slots(task: "Task", workers: int, options: dict[str, Any],
+               observer: "KernelObserver | None" = None) -> tuple[list, list]:
     from workbench.evaluator.service import EvaluationService
     from workbench.fleet import gpus
     from workbench.fleet.runner import ServiceRunner
@@ -177,7 +183,7 @@ def _cpu_slots(task: "Task", workers: int, options: dict[str, Any]) -> tuple[lis
             info = SlotInfo(f"cpu:{i}", "cpu")
             make = functools.partial(EvaluationService, task, "cpu", cpus=cpus or None,
                                      spare_cpus=cpus or None, **options)
-            slots.append((info, ServiceRunner(info, make)))
+            slots.append((info, ServiceRunner(info, make, observer)))
     except BaseException:
         for _, runner in slots:
             runner.close()

@@ -19,6 +19,7 @@ from workbench.evaluator import scratch
 from workbench.evaluator.errors import EvalAborted, EvalServiceError
 from workbench.fleet.api import EvalJob, SlotInfo
 from workbench.fleet.local import SlotFault
+from workbench.fleet.observe import KernelObserver, observe
 
 if TYPE_CHECKING:
     from workbench.evaluator.result import EvalResult, MeasuredOn
@@ -48,11 +49,14 @@ class ServiceRunner:
     Args:
         info: the slot.
         make: builds the slot's service (the same GPU, CPUs and options each time).
+        observer: lists a passing held-out check's kernels from outside (a job with observe), on the service's GPU.
     """
 
-    def __init__(self, info: SlotInfo, make: Callable[[], "EvaluationService"]) -> None:
+    def __init__(self, info: SlotInfo, make: Callable[[], "EvaluationService"],
+                 observer: KernelObserver | None = None) -> None:
         self.info = info
         self._make = make
+        self.observer = observer
         self.service: EvaluationService | None = make()
         """The current service; None once closed or when a replacement could not be made."""
         self.on_phase: Callable[[str], None] | None = None
@@ -95,13 +99,17 @@ class ServiceRunner:
         if service is None:
             raise SlotFault(f"{self.info.slot} has no evaluation service", retire=True)
         seen = len(service.health().faults)
+        path = self._path(job)
         try:
-            result = service.evaluate(self._path(job), heldout=job.heldout, on_stage=self._stage)
+            result = service.evaluate(path, heldout=job.heldout, on_stage=self._stage)
         except EvalAborted:
             raise
         except EvalServiceError as exc:
             raise self._replace(f"{self.info.slot}: {exc}") from None
         result["measured_on"] = measured_on(self.info)
+        if job.observe:
+            self._stage({"stage": "observe"})
+            observe(self.observer, service.task, path, service.gpu, result)
         faults = service.health().faults[seen:]
         if faults:
             raise SlotFault(f"{self.info.slot}: {describe_faults(faults)}", result=result)

@@ -197,7 +197,7 @@ def command(ncu: str, task: str, file: str, shape: str, metrics: list[str], log:
 
 
 def run(task: str, file: str | Path, shape: str, *, calls: int = 1, timeout_s: float = 300.0,
-        ncu: str | None = None, metrics: list[str] | None = None) -> dict[str, Any]:
+        ncu: str | None = None, metrics: list[str] | None = None, gpu: str | None = None) -> dict[str, Any]:
     """Profile one shape of a candidate under ncu.
 
     Args:
@@ -206,6 +206,7 @@ def run(task: str, file: str | Path, shape: str, *, calls: int = 1, timeout_s: f
         timeout_s: wall-clock limit for the whole ncu run.
         ncu: path to the ncu binary (default: found on PATH or in /usr/local/cuda/bin).
         metrics: ncu metric names (default: METRICS).
+        gpu: the GPU to profile on, as CUDA_VISIBLE_DEVICES takes it (a slot's); None keeps this process's.
 
     Returns:
         {"shape", "rows": summarize(...), "launches": n, "command": "...", "dropped": [metric, ...],
@@ -219,7 +220,7 @@ def run(task: str, file: str | Path, shape: str, *, calls: int = 1, timeout_s: f
         raise NcuError("ncu (Nsight Compute) is not installed or not on PATH; profile without --ncu")
     wanted = list(metrics or METRICS.values())
     dropped: list[str] = []
-    env = isolation.candidate_env("cuda")  # drive.py runs the candidate: it gets what a candidate process gets
+    env = isolation.candidate_env("cuda", gpu=gpu)  # drive.py runs the candidate: what a candidate process gets
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         log = os.path.join(tmp, "ncu.csv")
         for _ in range(3):  # an ncu version without some metric names: drop them and retry

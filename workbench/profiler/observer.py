@@ -25,9 +25,10 @@ def jit_names(source: str) -> list[str]:
     return jit_functions(ast.parse(source))
 
 
-def check(task: str, file: str | Path, shape: str, *, timeout_s: float = 180.0,
+def check(task: str, file: str | Path, shape: str, *, timeout_s: float = 180.0, gpu: str | None = None,
           runner: Callable[..., dict[str, Any]] = ncu.run) -> dict[str, Any]:
-    """Run one call of `shape` under ncu and judge the kernel list.
+    """Run one call of `shape` under ncu on `gpu` (CUDA_VISIBLE_DEVICES; None: this process's) and judge the kernel
+    list.
 
     Returns:
         {"observer": "ncu", "shape", "kernels": [name, ...], "problems": [line, ...]}; no problems means every
@@ -36,7 +37,7 @@ def check(task: str, file: str | Path, shape: str, *, timeout_s: float = 180.0,
     Raises:
         ncu.NcuError: ncu is missing, not permitted, or profiled nothing (the caller records it and moves on).
     """
-    run = runner(task, file, shape, metrics=[DURATION_METRIC], timeout_s=timeout_s)
+    run = runner(task, file, shape, metrics=[DURATION_METRIC], timeout_s=timeout_s, gpu=gpu)
     names = [str(row["kernel"]) for row in run.get("rows", [])]
     if not names:
         raise ncu.NcuError(f"ncu listed no kernels for {shape}")
