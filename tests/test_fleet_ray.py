@@ -32,12 +32,12 @@ _first = [True]
 
 
 def forward(x):
-    # about 2 s of Python on this process's first call (the harness refuses `import time`): the test's poll of the
+    # about 1 s of Python on this process's first call (the harness refuses `import time`): the test's poll of the
     # actor's phase, every cluster.PHASE_POLL_S, sees this evaluation mid-step however fast the rest of it is
     if _first[0]:
         _first[0] = False
         n = 0
-        for _ in range(40_000_000):
+        for _ in range(25_000_000):
             n += 1
     return _fast_forward(x)
 """
