@@ -18,11 +18,8 @@ The driver logs when it sends the key with `tmux send-keys` and when `tmux captu
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -113,18 +110,13 @@ def probe(log_path: str, argv: list[str]) -> None:
 
 def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[str, float]]:
     """Press f `presses` times in `which` ('workbench' or 'bare') and return each press's stages."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from test_tui_tmux import CONFIG, Tmux, descendants, kill
-    from tui_responsiveness import title_of
+    from tui_responsiveness import press_latencies, start_load, stop_load, tmux_setup
+
+    env, run, tmux = tmux_setup(folder, workers, f"{which}.sock")
+    from test_tui_tmux import descendants, kill
 
     log_path = folder / f"{which}.log"
     log_path.write_text("")
-    (folder / "config.toml").write_text('theme = "workbench-ansi"\ncursor_blink = false\n')
-    env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(folder / "config.toml"), "ANTHROPIC_API_KEY": "",
-           "COLUMNS": "120", "LINES": "40"}
-    run = ["run", "softmax", "--agent", "tuner", "--device", "cpu", "--workers", str(workers)]
-    (folder / "tmux.conf").write_text(CONFIG)
-    tmux = Tmux(folder / f"{which}.sock", folder / "tmux.conf")
     flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
     probe_argv = [sys.executable, str(Path(__file__).resolve()), "--probe", str(log_path)]
     load = None
@@ -137,31 +129,17 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[s
                  *run, "--sessions-dir", str(folder / "s1"))
             tmux.wait("x", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
         else:
-            load = subprocess.Popen([sys.executable, "-m", "workbench", *run, "--headless", "--sessions-dir",
-                                     str(folder / "s2")], cwd=REPO, env={**os.environ, **env},
-                                    stdout=subprocess.PIPE, text=True, start_new_session=True)
-            assert load.stdout is not None
-            load.stdout.readline()  # the session id
-            load.stdout.readline()  # the first result: both slots are evaluating by now
+            load = start_load(folder, env, run)
             tmux("new-session", "-d", "-s", "x", "-x", "120", "-y", "40", "-c", str(REPO), *flags, *probe_argv,
                  "--bare")
             tmux.wait("x", lambda s: "events" in s, 60, "the bare app")
-        for _ in range(presses):
-            time.sleep(rng.uniform(0.3, 0.8))
-            before = title_of(tmux.screen("x"))
-            driver_marks.append((now_ms(), "send"))
-            tmux("send-keys", "-t", "x", "f")
-            while title_of(tmux.screen("x")) == before:
-                pass
-            driver_marks.append((now_ms(), "seen"))
+        press_latencies(tmux, "x", presses, rng, driver_marks)
         pids = descendants(tmux.pid("x"))
     finally:
         tmux("kill-server", check=False)
-        if load is not None:
-            pids = descendants(load.pid)
-            os.killpg(load.pid, signal.SIGKILL)
-            load.wait(10)
         kill(pids)
+        if load is not None:
+            stop_load(load)
     marks = sorted(driver_marks + [(float(t), rest) for t, _, rest in
                                    (line.partition(" ") for line in log_path.read_text().splitlines())])
     out: list[dict[str, float]] = []

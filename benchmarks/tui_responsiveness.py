@@ -257,25 +257,31 @@ def title_of(screen: str) -> str:
     return next((t for t in FILTER_TITLES if t in screen), "events")
 
 
-def press_latencies(tmux: Any, name: str, presses: int, rng: random.Random) -> list[float]:
-    """Send `f` `presses` times at random moments; ms from send-keys to capture-pane showing the next title."""
+def press_latencies(tmux: Any, name: str, presses: int, rng: random.Random,
+                    marks: list[tuple[float, str]] | None = None) -> list[float]:
+    """Send `f` `presses` times at random moments; ms from send-keys to capture-pane showing the next title. With
+    `marks`, each send and each sight is appended to it as (time.monotonic() in ms, "send" or "seen")."""
     out = []
     for _ in range(presses):
         time.sleep(rng.uniform(0.3, 0.8))
         before = title_of(tmux.screen(name))
-        sent = time.perf_counter()
+        sent = time.monotonic()
         tmux("send-keys", "-t", name, "f")
         while title_of(tmux.screen(name)) == before:
-            if time.perf_counter() - sent > 10:
+            if time.monotonic() - sent > 10:
                 raise SystemExit(f"{name}: no change 10 s after f")
-        out.append((time.perf_counter() - sent) * 1000)
+        seen = time.monotonic()
+        out.append((seen - sent) * 1000)
+        if marks is not None:
+            marks += [(sent * 1000, "send"), (seen * 1000, "seen")]
     return out
 
 
-def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> tuple[list[float], list[float]]:
-    """One round: (the workbench's latencies, the bare app's), each under a tuner on `workers` CPU slots."""
+def tmux_setup(folder: Path, workers: int, socket: str = "tmux.sock") -> tuple[dict[str, str], list[str], Any]:
+    """The TUI's environment (its own config: a fixed theme, no blink; no API key; 120x40), the tuner's `workbench
+    run` arguments on `workers` CPU slots, and a private tmux server whose files live in `folder`."""
     sys.path.insert(0, str(REPO / "tests"))  # the tests' own helpers import each other by module name
-    from test_tui_tmux import CONFIG, Tmux, descendants, kill
+    from test_tui_tmux import CONFIG, Tmux
 
     config = folder / "config.toml"
     config.write_text('theme = "workbench-ansi"\ncursor_blink = false\n')
@@ -283,7 +289,35 @@ def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> 
            "LINES": "40"}
     run = ["run", "softmax", "--agent", "tuner", "--device", "cpu", "--workers", str(workers)]
     (folder / "tmux.conf").write_text(CONFIG)
-    tmux = Tmux(folder / "tmux.sock", folder / "tmux.conf")
+    return env, run, Tmux(folder / socket, folder / "tmux.conf")
+
+
+def start_load(folder: Path, env: dict[str, str], run: list[str]) -> subprocess.Popen:
+    """A headless run of the same tuner beside the bare app (the same load), returned once both slots evaluate."""
+    load = subprocess.Popen([sys.executable, "-m", "workbench", *run, "--headless", "--sessions-dir",
+                             str(folder / "load")], cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert load.stdout is not None
+    load.stdout.readline()  # the session id
+    load.stdout.readline()  # the first result: both slots are evaluating by now
+    return load
+
+
+def stop_load(load: subprocess.Popen) -> None:
+    """Kill the headless run and every process below it (the evaluator's children run in groups of their own)."""
+    from test_tui_tmux import descendants, kill
+
+    pids = descendants(load.pid)
+    os.killpg(load.pid, signal.SIGKILL)
+    kill(pids)
+    load.wait(10)
+
+
+def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> tuple[list[float], list[float]]:
+    """One round: (the workbench's latencies, the bare app's), each under a tuner on `workers` CPU slots."""
+    env, run, tmux = tmux_setup(folder, workers)
+    from test_tui_tmux import descendants, kill
+
     try:
         tmux.start("wb", env, *run, "--sessions-dir", str(folder / "s1"))
         tmux.wait("wb", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
@@ -292,22 +326,15 @@ def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> 
         tmux("kill-session", "-t", "wb")
         kill(pids)
 
-        load = subprocess.Popen([sys.executable, "-m", "workbench", *run, "--headless", "--sessions-dir",
-                                 str(folder / "s2")], cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        load = start_load(folder, env, run)
         try:
-            load.stdout.readline()  # the session id
-            load.stdout.readline()  # the first result: both slots are evaluating by now
             flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
             tmux("new-session", "-d", "-s", "bare", "-x", "120", "-y", "40", "-c", str(REPO), *flags,
                  sys.executable, str(Path(__file__).resolve()), "--bare-app")
             tmux.wait("bare", lambda s: "events" in s, 60, "the bare app")
             bare = press_latencies(tmux, "bare", presses, rng)
         finally:
-            pids = descendants(load.pid)
-            os.killpg(load.pid, signal.SIGKILL)
-            kill(pids)
-            load.wait(10)
+            stop_load(load)
     finally:
         tmux("kill-server", check=False)
     return ours, bare
@@ -327,20 +354,14 @@ def thread_cpu(pid: int) -> dict[int, float]:
 
 
 def tmux_cpu_main(workers: int, seconds: float) -> None:
-    sys.path.insert(0, str(REPO / "tests"))
-    from test_tui_tmux import CONFIG, Tmux, descendants, kill
-
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "config.toml").write_text('theme = "workbench-ansi"\ncursor_blink = false\n')
-        env = {"PYTHONPATH": str(REPO), "WORKBENCH_CONFIG": str(folder / "config.toml"), "ANTHROPIC_API_KEY": "",
-               "COLUMNS": "120", "LINES": "40"}
-        (folder / "tmux.conf").write_text(CONFIG)
-        tmux = Tmux(folder / "tmux.sock", folder / "tmux.conf")
+        env, run, tmux = tmux_setup(folder, workers)
+        from test_tui_tmux import descendants, kill
+
         pids: list[int] = []
         try:
-            tmux.start("wb", env, "run", "softmax", "--agent", "tuner", "--device", "cpu", "--workers", str(workers),
-                       "--sessions-dir", str(folder / "s"))
+            tmux.start("wb", env, *run, "--sessions-dir", str(folder / "s"))
             tmux.wait("wb", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
             pid = tmux.pid("wb")
             time.sleep(3)
