@@ -120,7 +120,6 @@ async def test_f_cycles_the_log_filter_and_rewrites_from_the_recent_events() -> 
         assert log.filter == "all" and log.line_count == 34
 
 
-
 async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch: pytest.MonkeyPatch) -> None:
     """The key-to-paint of f under load (issue 17 item 6): the key's frame is the log's, nothing else's.
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from workbench.evaluator.result import EvalResult, public_part
-from workbench.fleet.observe import heldout_passed
 from workbench.fleet.api import (
     EvalJob,
     EvaluationPool,
@@ -42,6 +41,7 @@ from workbench.fleet.api import (
     SlotChanged,
     SlotInfo,
 )
+from workbench.fleet.observe import heldout_passed
 from workbench.journal.events import (
     EvalFailed,
     EvalFinished,

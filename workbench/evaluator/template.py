@@ -19,8 +19,9 @@ status socket the owner sent with the request, and keeps the exited child unreap
 process-group id, reserved) until the owner closes that socket.
 
 Protocol on CONTROL_FD (AF_UNIX SOCK_SEQPACKET, JSON): the template says {"ready": true, "pid", "threads" (native
-ones included: numpy's BLAS pool, which its fork handler takes down), "netns", "netns_note", "import_s"} once; the owner sends {"op": "fork", "cwd"} with five fds (stdin, request pipe, reply
-pipe, log, status socket); the template answers {"pid"} or {"error"}. The end of the socket ends the template.
+ones included: numpy's BLAS pool, which its fork handler takes down), "netns", "netns_note", "import_s"} once; the
+owner sends {"op": "fork", "cwd"} with five fds (stdin, request pipe, reply pipe, log, status socket); the template
+answers {"pid"} or {"error"}. The end of the socket ends the template.
 """
 
 from __future__ import annotations

@@ -131,8 +131,11 @@ def record(gpu: str, modules: list[str] | None = None) -> ChoicesFile:
 
 
 def write(path: Path, table: ChoicesFile) -> None:
+    """Write the file atomically (a check killed mid-write leaves the previous file, not half of one)."""
+    from workbench.session.atomic import write_text_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
 
 
 class Replay(TypedDict):
