@@ -21,8 +21,6 @@ def _has_torch_loaded(pid: int) -> bool:
         return False
 
 
-
-
 def _gone(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
