@@ -140,6 +140,9 @@ def implementations(before: Path | None, with_flashinfer: bool) -> dict:
                                               "kernels (LAUNCH 'cached')"),
         "ours-jit": Impl("ours-jit", lambda **kw: OURS.forward(**kw, config={"LAUNCH": "jit"}),
                          why="the same kernels launched through the JIT functions every call"),
+        "ours-hostdesc": Impl("ours-hostdesc", lambda **kw: OURS.forward(**kw, config={"DESC": "host"}),
+                              why="the same kernels with host-made TMA descriptors (DESC 'host'; a config per "
+                                  "call adds its resolve to the host time)"),
         "plain": Impl("plain", BASE.plain, why="baseline.plain: bmm, fp32 scores, one logsumexp, exp, bmm"),
         "compile": Impl("compile", BASE.compiled, why="baseline.compiled: plain under torch.compile (default: "
                                                       "static first, dynamic sizes once a second shape comes)"),

@@ -38,15 +38,16 @@ def _module(path: Path = KERNEL):
 
 
 def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stages: int = 0, pdl: bool = False,
-                   kernel_file: Path = KERNEL, store: str = "", paged: bool = False):
+                   kernel_file: Path = KERNEL, store: str = "", paged: bool = False, desc: str = ""):
     """The stage-1 kernel compiled for sm_90 with the arguments its launcher builds (the module's own _gluon_args
     over cached descriptors, as a warm call passes them) at B=2, H=64; `fused` compiles the variant that merges its
     splits itself, block_n/stages another tile ring (0: CONFIG's), kernel_file a patched copy of the kernel
     (benchmarks/mla_trace.py's), store how o is written ("lsu" or "tma"; empty: CONFIG's), paged a cache of 64-row
-    pages read through a block table."""
+    pages read through a block table, desc where the TMA descriptors are built ("host" or "device"; empty:
+    CONFIG's)."""
     ours = _module(kernel_file)
     kernel = ours._mla_split_attend_ws
-    cfg = {"STORE": store or ours.CONFIG["STORE"]}
+    cfg = {"STORE": store or ours.CONFIG["STORE"], "DESC": desc or ours.CONFIG["DESC"]}
     if block_n:
         cfg["BLOCK_N"] = block_n
     if stages:
@@ -86,6 +87,7 @@ def report(compiled) -> dict:
     for shape in re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx):
         mma[shape] = mma.get(shape, 0) + 1
     result = {"shared_bytes": compiled.metadata.shared, "num_warps": compiled.metadata.num_warps, "wgmma": mma,
+              "global_scratch_bytes": compiled.metadata.global_scratch_size,
               "tma_copies": len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
               "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
               "setmaxnreg": sorted({int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
@@ -114,6 +116,8 @@ def main() -> int:
     parser.add_argument("--pdl", action="store_true", help="stage 1 releases stage 2's launch early")
     parser.add_argument("--store", choices=["lsu", "tma"], default="", help="how o is written (default: CONFIG's)")
     parser.add_argument("--paged", action="store_true", help="a cache of 64-row pages through a block table")
+    parser.add_argument("--desc", choices=["host", "device"], default="",
+                        help="where the TMA descriptors are built (default: CONFIG's)")
     parser.add_argument("--kernel", type=Path, default=KERNEL, help="a copy of the kernel module to compile")
     parser.add_argument("--dump", help="also write the kernel's ttgir and ptx into this folder")
     args = parser.parse_args()
@@ -122,7 +126,7 @@ def main() -> int:
               file=sys.stderr)
         return 2
     compiled = compile_stage1(args.splits, args.fused, args.block_n, args.stages, args.pdl, args.kernel, args.store,
-                              args.paged)
+                              args.paged, args.desc)
     if args.dump:
         folder = Path(args.dump)
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,98 +1,178 @@
-"""Where an eager mla_splitkv call's host time goes (M1: B=1 H=64 N=8192), piece by piece, on a CUDA machine.
+"""Where an eager mla_splitkv call's time goes at M1 (B=1 H=64 N=8192) on a CUDA machine, for each place the Gluon
+stage 1's TMA descriptors can be built (CONFIG DESC "auto", the default: on the device for eager calls, on the host
+for graph captures; "host"), against main's kernel (--before DIR) and the baselines, in one process.
 
-Each item: median over 7 blocks of 2000 back-to-back calls (no sync inside a block), us per call; the full forward's
-wall time per call with a sync per 40 calls, as RESULTS measures it. Triton's launcher is reached through its
-internals here (a benchmark may; a candidate may not). Run from the repo root: python3 benchmarks/mla_host.py
-(writes mla_host.json to $OUT, else the current folder).
+A lease's host can be twice as slow as another's, so every figure that is compared is measured interleaved: each
+round runs one block of every implementation in turn, and the figure is the median over rounds. Per implementation:
+host us per call (2000 back-to-back calls, no sync inside), wall us per call (40 calls then a sync: what a loop of
+eager calls costs), GPU us per call (a CUDA graph of 20 calls replayed). Then the pieces of an auto call and a
+cProfile of it. Triton's launcher is reached through its internals here (a benchmark may; a candidate may not).
+Run from the repo root: python3 benchmarks/mla_host.py [--before DIR] (writes mla_host.json to $OUT, else here).
 """
-import json, statistics, sys, time
-sys.path.insert(0, "kernels/mla_decode")
-import torch
-import reference, mla_splitkv as k
+import argparse
+import cProfile
+import importlib.util
+import io
+import json
+import os
+import pathlib
+import pstats
+import statistics
+import sys
+import time
 
-def per_call(fn, n=2000, blocks=7, synced=False, warm=200):
-    """us per call, median of `blocks` blocks of n calls: host time (the sync after the clock stops), or with
-    synced the wall time including the GPU's (the sync inside the timed block)."""
-    for _ in range(warm):
-        fn()
+sys.path.insert(0, "kernels/mla_decode")
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+import baseline  # noqa: E402
+import mla_splitkv as k  # noqa: E402
+import reference  # noqa: E402
+
+
+def block(fn, n: int, synced: bool) -> float:
+    """us per call of n back-to-back calls; synced: the wall time including the GPU's (a sync inside the block)."""
     torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    if synced:
+        torch.cuda.synchronize()
+    us = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
+def interleaved(fns: dict, n: int, synced: bool, rounds: int = 11) -> dict:
+    """Median us per call of each fn, one block of each per round."""
+    for fn in fns.values():
+        block(fn, 50, synced)
+    seen = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            seen[name].append(block(fn, n, synced))
+    return {name: round(statistics.median(v), 2) for name, v in seen.items()}
+
+
+def graph_us(fn, replays: int = 200, blocks: int = 7) -> float:
+    """GPU time of one call: a graph of 20 calls replayed, us per call (median of blocks)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(20):
+            fn()
     out = []
     for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if synced:
-            torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) / n * 1e6)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays // 20):
+            g.replay()
+        end.record()
         torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) * 1e3 / replays)
     return round(statistics.median(out), 2)
 
 
-def wall(fn):
-    return per_call(fn, n=40, blocks=25, synced=True, warm=50)
+def profile(fn, calls: int = 3000) -> list:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:14]
+    return [[f"{pathlib.Path(f).name}:{line}({func})", round(tt * 1e6 / calls, 2), round(ct * 1e6 / calls, 2)]
+            for (f, line, func), (cc, nc, tt, ct, _) in rows]
 
 
-inp = reference.make_inputs({"B": 1, "H": 64, "N": 8192}, 0, "cuda")
-q, kv, sl = inp["q"], inp["kv_cache"], inp["cache_seqlens"]
-scale = inp["sm_scale"]
-fwd = lambda: k.forward(q, kv, sl, scale)
-o, lse = fwd(); fwd()
-plan = k._plan_for(q, kv, sl, None, 0, None)
-res = {"plan": {"gluon": plan.gluon, "fused": plan.fused, "splits": plan.splits, "launches": plan.launches,
-                "ready": plan.ready, "tma_store": plan.tma_store}}
-dev = q.device
-t = {}
-t["forward (host, no sync)"] = per_call(fwd)
-t["forward wall (sync per 40)"] = wall(fwd)
-t["torch.empty o"] = per_call(lambda: torch.empty(1, 64, 512, dtype=torch.bfloat16, device=dev))
-t["torch.empty o + lse"] = per_call(lambda: (torch.empty(1, 64, 512, dtype=torch.bfloat16, device=dev),
-                                            torch.empty(1, 64, dtype=torch.float32, device=dev)))
-def one_buffer():
-    b = torch.empty(64 * 512 * 2 + 64 * 4, dtype=torch.uint8, device=dev)
-    return b[:65536].view(torch.bfloat16).view(1, 64, 512), b[65536:].view(torch.float32).view(1, 64)
-t["one buffer + 2 views"] = per_call(one_buffer)
-t["plan key"] = per_call(lambda: k._plan_key(q, kv, sl, None, 0, 0, None))
-t["_plan_for"] = per_call(lambda: k._plan_for(q, kv, sl, None, 0, None))
-t["data_ptr x5"] = per_call(lambda: (q.data_ptr(), kv.data_ptr(), sl.data_ptr(), o.data_ptr(), lse.data_ptr()))
-t["q.device"] = per_call(lambda: q.device)
-t["q.get_device()"] = per_call(lambda: q.get_device())
-t["current_stream().cuda_stream"] = per_call(lambda: torch.cuda.current_stream().cuda_stream)
-# the launch alone, as _run makes it, addresses throughout
-args_holder = {}
-orig = k._launch
-def capture(plan_, name, kernel, grid, args, options):
-    args_holder[name] = (grid, args)
-    return orig(plan_, name, kernel, grid, args, options)
-k._launch = capture
-fwd()
-k._launch = orig
-name = "gluon" if plan.gluon else "tl"
-grid, args = args_holder[name]
-compiled = plan.compiled[name]
-part = k._scratch(plan).data_ptr()
-lpart = part + plan.batch * plan.heads * plan.splits * 512 * q.dtype.itemsize
-t["_run (our arg building + launch)"] = per_call(lambda: k._run(plan, q.data_ptr(), kv.data_ptr(), sl.data_ptr(), None, scale, o.data_ptr(), lse.data_ptr(), part, lpart))
-t["compiled[grid](*args)"] = per_call(lambda: compiled[grid](*args))
-run, fn, packed = compiled.run, compiled.function, compiled.packed_metadata
-stream = torch.cuda.current_stream().cuda_stream
-t["compiled.run(...) direct, cached stream"] = per_call(lambda: run(grid[0], grid[1], grid[2], stream, fn, packed, None, None, None, *args))
-t["compiled.run(...) direct, stream per call"] = per_call(lambda: run(grid[0], grid[1], grid[2], torch.cuda.current_stream().cuda_stream, fn, packed, None, None, None, *args))
-launch = run.launch
-t["launcher.launch (inner: descriptor expansion + C)"] = per_call(lambda: launch(grid[0], grid[1], grid[2], stream, fn, run.launch_cooperative_grid, run.launch_pdl, None, None, packed, None, None, None, *args))
-cl = getattr(launch, "__closure__", None)
-raw = None
-if cl:
-    for c in cl:
-        if callable(c.cell_contents) and getattr(c.cell_contents, "__name__", "") == "launch":
-            raw = c.cell_contents
-if raw is not None:
-    from triton.backends.nvidia.driver import make_tensordesc_arg
-    idx = [i for i, a in enumerate(args) if hasattr(a, "block_shape")]
-    res["descriptor args"] = len(idx)
-    t["make_tensordesc_arg x descs (None meta)"] = per_call(lambda: [make_tensordesc_arg(args[i], None) for i in idx])
-res["args"] = len(args)
-res["us"] = t
-res["o_ok"] = bool(torch.isfinite(o.float()).all())
-import pathlib, os
-pathlib.Path(os.environ.get("OUT", "."), "mla_host.json").write_text(json.dumps(res, indent=1))
-print(json.dumps(res, indent=1))
+def with_desc(mode: str, fn):
+    """fn under CONFIG DESC = mode (the plan key reads CONFIG, so each mode keeps plans of its own)."""
+    def call():
+        k.CONFIG["DESC"] = mode
+        out = fn()
+        k.CONFIG["DESC"] = "auto"
+        return out
+    return call
+
+
+def rel_rms(x, ref) -> float:
+    return float(((x.float() - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="", help="a folder with main's mla_splitkv.py, timed as 'main'")
+    args = parser.parse_args()
+    inp = reference.make_inputs({"B": 1, "H": 64, "N": 8192}, 0, "cuda")
+    q, kv, sl, scale = inp["q"], inp["kv_cache"], inp["cache_seqlens"], inp["sm_scale"]
+    ref_o, ref_lse = reference.forward(**inp)
+    impls = {"auto": lambda: k.forward(q, kv, sl, scale),
+             "host": with_desc("host", lambda: k.forward(q, kv, sl, scale))}
+    if args.before:
+        spec = importlib.util.spec_from_file_location("mla_before", pathlib.Path(args.before) / "mla_splitkv.py")
+        before = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(before)
+        impls["main"] = lambda: before.forward(q, kv, sl, scale)
+    impls["compile"] = lambda: baseline.forward(q, kv, sl, scale)
+    impls["plain"] = lambda: baseline.plain(q, kv, sl, scale)
+    res = {"env": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__},
+           "errors": {}, "plans": {}}
+    for name, fn in impls.items():
+        fn()
+        o, lse = fn()
+        res["errors"][name] = {"o": rel_rms(o, ref_o), "lse": rel_rms(lse, ref_lse)}
+    for mode in ("auto", "host"):
+        k.CONFIG["DESC"] = mode
+        plan = k._plan_for(q, kv, sl, None, 0, None)
+        res["plans"][mode] = {"fused": plan.fused, "splits": plan.splits, "device_desc": plan.device_desc,
+                              "ready": plan.ready, "args": len(k._gluon_args(plan, (0, 0, 0), 0, None, 0.1, 0, 0, 0,
+                                                                             0, 0, False)),
+                              "global_scratch_bytes": plan.compiled["gluon"].metadata.global_scratch_size}
+    k.CONFIG["DESC"] = "auto"
+    res["host_us"] = interleaved(impls, 2000, synced=False)
+    res["wall_us"] = interleaved(impls, 40, synced=True, rounds=25)
+    res["graph_us"] = {name: graph_us(impls[name]) for name in impls if name != "plain"}
+    # The twin a capture made must not have replaced the eager path: auto's eager calls still build on the device.
+    res["auto_after_capture_device_desc"] = k._plan_for(q, kv, sl, None, 0, None).device_desc
+    plan = k._plan_for(q, kv, sl, None, 0, None)
+    runner = plan.runners["gluon"]
+    captured = {}
+    plan.runners["gluon"] = lambda *a: (captured.setdefault("args", a), runner(*a))
+    impls["auto"]()
+    plan.runners["gluon"] = runner
+    largs = captured["args"]
+    compiled = plan.compiled["gluon"]
+    run, fn, packed = compiled.run, compiled.function, compiled.packed_metadata
+    stream = torch.cuda.current_stream().cuda_stream
+    o, lse = impls["auto"]()
+    part = k._scratch(plan, False).data_ptr()
+    pieces = {
+        "forward": lambda: k.forward(q, kv, sl, scale),
+        "_run (ours + launch)": lambda: k._run(plan, q.data_ptr(), kv.data_ptr(), sl.data_ptr(), None, scale,
+                                               o.data_ptr(), lse.data_ptr(), part, part + plan.lse_offset),
+        "runner(*args) (CompiledKernel[grid], kept)": lambda: runner(*largs),
+        "compiled.run direct, cached stream, no hooks": lambda: run(1, plan.splits, 1, stream, fn, packed, None,
+                                                                    None, None, *largs),
+        "torch.empty o + lse": lambda: (torch.empty(1, 64, 512, dtype=torch.bfloat16, device=q.device),
+                                        torch.empty(1, 64, dtype=torch.float32, device=q.device)),
+        "_plan_for": lambda: k._plan_for(q, kv, sl, None, 0, None),
+        "torch.cuda.is_current_stream_capturing()": torch.cuda.is_current_stream_capturing,
+        "triton.set_allocator": lambda: triton.set_allocator(k._global_scratch),
+        "_global_scratch(384)": lambda: k._global_scratch(384, 128, stream),
+        "current_stream().cuda_stream": lambda: torch.cuda.current_stream().cuda_stream,
+    }
+    res["pieces_us"] = interleaved(pieces, 2000, synced=False, rounds=7)
+    res["launch_hooks"] = [repr(triton.knobs.runtime.launch_enter_hook), repr(triton.knobs.runtime.launch_exit_hook)]
+    res["cprofile_auto (own us, cumulative us per call)"] = profile(impls["auto"])
+    pathlib.Path(os.environ.get("OUT", "."), "mla_host.json").write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

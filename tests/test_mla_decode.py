@@ -439,14 +439,15 @@ def test_warm_calls_launch_the_compiled_kernels_with_this_calls_addresses(monkey
 
 
 def test_warm_gluon_calls_rebuild_descriptors_for_new_addresses_only(monkeypatch):
-    """The Gluon path's TMA descriptors are cached per address set: a warm call with the same q and cache reuses
-    them, a new q gets a descriptor over its own address, and the fused merge's barrier slot moves every call."""
+    """DESC "host": the Gluon path's TMA descriptors are cached per address set: a warm call with the same q and
+    cache reuses them, a new q gets a descriptor over its own address, and the fused merge's barrier slot moves
+    every call."""
     monkeypatch.setattr(OURS, "gluon_ok", lambda *args, **kwargs: True)
     monkeypatch.setattr(OURS, "_SYNC_WORDS", {})
     stub = _stub(monkeypatch, "_mla_split_attend_ws")
     _caching_plans(monkeypatch)
     inputs = REF.make_inputs({"B": 1, "H": 64, "N": 512}, 34, "cpu")
-    cfg = {"MERGE": "fused"}
+    cfg = {"MERGE": "fused", "DESC": "host"}
     for _ in range(3):
         OURS.forward(**inputs, config=cfg)
     q2 = inputs["q"].clone()
@@ -470,6 +471,54 @@ def test_warm_gluon_calls_rebuild_descriptors_for_new_addresses_only(monkeypatch
     words = OURS._SYNC_WORDS[torch.device("cpu")]
     slots = [(c["SYNC"] - words.data_ptr()) // (4 * OURS._SYNC_GROUPS) for c in warm]
     assert len(set(slots)) == 3 and all(0 <= s < OURS._SYNC_SLOTS for s in slots)
+
+
+def test_graph_captures_take_host_descriptors_under_desc_auto(monkeypatch):
+    """DESC "auto" (the default): eager calls build their descriptors on the device (a cheaper launch), while a
+    call being captured into a graph takes the plan's twin with host-made descriptors (replays pay no host cost,
+    and the device-made ones cost GPU time). The twin is made once and keeps its own compiled kernels."""
+    assert OURS.CONFIG["DESC"] == "auto"
+    monkeypatch.setattr(OURS, "gluon_ok", lambda *args, **kwargs: True)
+    monkeypatch.setattr(OURS, "_SYNC_WORDS", {})
+    _caching_plans(monkeypatch)
+    inputs = REF.make_inputs({"B": 1, "H": 64, "N": 512}, 36, "cpu")
+    args = (inputs["q"], inputs["kv_cache"], inputs["cache_seqlens"], None, 0, None)
+    eager = OURS._plan_for(*args)
+    captured = OURS._plan_for(*args, capturing=True)
+    assert eager.device_desc and not captured.device_desc and captured is eager.graph_twin
+    assert captured.cfg["DESC"] == "host" and captured.compiled is not eager.compiled
+    assert OURS._plan_for(*args, capturing=True) is captured and OURS._plan_for(*args) is eager
+    host = OURS._plan_for(*args[:-1], {"DESC": "host"}, capturing=True)
+    assert host.graph_twin is None and not host.device_desc
+    # A capture gets partials of its own (from the graph's pool); eager calls share the plan's.
+    assert OURS._scratch(eager, True) is not OURS._scratch(eager, False) is OURS._scratch(eager, False)
+
+
+def test_warm_gluon_calls_with_device_descriptors_pass_plain_addresses(monkeypatch):
+    """DESC "device": the Gluon kernel builds its own descriptors, so a warm call passes q, the cache and the
+    partials as addresses with the rows the kernel's descriptors span, builds no descriptor on the host, and puts
+    in Triton's allocator hook for the descriptors' global scratch."""
+    monkeypatch.setattr(OURS, "gluon_ok", lambda *args, **kwargs: True)
+    monkeypatch.setattr(OURS, "_SYNC_WORDS", {})
+    stub = _stub(monkeypatch, "_mla_split_attend_ws")
+    _caching_plans(monkeypatch)
+    hooks = []
+    monkeypatch.setattr(OURS.triton, "set_allocator", hooks.append)
+    inputs = REF.make_inputs({"B": 1, "H": 64, "N": 512}, 35, "cpu")
+    cfg = {"MERGE": "fused", "DESC": "device"}
+    for _ in range(3):
+        OURS.forward(**inputs, config=cfg)
+    (plan,) = OURS._PLANS.values()
+    assert plan.device_desc and not plan.descriptors and len(stub.calls) == 1 and len(stub.warm) == 2
+    first = stub.calls[0]
+    assert first["q_desc"] is inputs["q"] and first["kv_desc"] is inputs["kv_cache"] and first["DEVICE_DESC"]
+    assert first["o_desc"] is first["OUT"]
+    for call in stub.warm:
+        assert (call["q_desc"], call["kv_desc"]) == (inputs["q"].data_ptr(), inputs["kv_cache"].data_ptr())
+        assert call["o_desc"] == call["OUT"] == plan.scratch.data_ptr()
+    for call in [first, *stub.warm]:
+        assert (call["Q_ROWS"], call["KV_ROWS"], call["O_COLS"]) == (64, 512, plan.splits * 512)
+    assert hooks == [OURS._global_scratch] * 3
 
 
 def test_calls_of_changing_shapes_stay_right_on_the_interpreter():
@@ -569,8 +618,9 @@ def test_merge_rows_per_program_shrink_with_many_splits(monkeypatch):
 
 
 @pytest.mark.parametrize("args", [[], ["--fused", "--splits", "128"], ["--fused", "--splits", "4", "--store", "lsu"],
-                                  ["--paged", "--splits", "4"]],
-                         ids=["two-kernel", "fused-128-splits", "fused-4-splits-lsu-store", "paged-4-splits"])
+                                  ["--paged", "--splits", "4"], ["--fused", "--splits", "128", "--desc", "host"]],
+                         ids=["two-kernel", "fused-128-splits", "fused-4-splits-lsu-store", "paged-4-splits",
+                              "fused-host-descriptors"])
 def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path, args):
     """The Hopper stage 1 cannot run here, but it must compile for sm_90 and keep its structure: within the 227 KB
     of shared memory, each score product issued once (36 m64n64k16 MMAs: 32 latent + 4 rope), the two value
@@ -593,6 +643,9 @@ def test_gluon_stage1_compiles_for_hopper_and_scores_each_tile_once(tmp_path, ar
     assert shape["tma_copies"] > 0 and 240 in shape["setmaxnreg"] and 24 in shape["setmaxnreg"]
     assert shape["ptx_local_accesses"] == 0 and shape.get("sass_spill_ops", 0) == 0
     assert shape["tma_stores"] == (0 if "lsu" in args else 8)
+    # Device-made descriptors (CONFIG's DESC) take 128 B of global scratch each: q, the cache, and o unless o is
+    # written by plain stores; host-made ones take none.
+    assert shape["global_scratch_bytes"] == (0 if "host" in args else 128 * (2 if "lsu" in args else 3))
 
 
 def _gluon_plan(q, kv, seqlens, splits, fused, table=None, cfg=None):
@@ -603,9 +656,10 @@ def _gluon_plan(q, kv, seqlens, splits, fused, table=None, cfg=None):
                                merge_step=OURS.merge_tile(splits) if fused else (1, 1, 1))
 
 
+@pytest.mark.parametrize("desc", ["host", "device"])
 @pytest.mark.parametrize("splits, fused, s_pad, upi, wu", [(128, True, 128, 1, 1), (66, True, 128, 1, 1),
                                                           (4, True, 4, 16, 4), (8, False, 1, 1, 1)])
-def test_gluon_launcher_passes_every_parameter(monkeypatch, splits, fused, s_pad, upi, wu):
+def test_gluon_launcher_passes_every_parameter(monkeypatch, splits, fused, s_pad, upi, wu, desc):
     """The launcher's arguments match the kernel's signature on both paths, the launch is cooperative exactly when
     the kernel merges in place (its barrier needs every program resident), and the merge tile fits 128 rows."""
     stub = _stub(monkeypatch, "_mla_split_attend_ws")
@@ -617,7 +671,7 @@ def test_gluon_launcher_passes_every_parameter(monkeypatch, splits, fused, s_pad
     o_part, lse_part = OURS.partial_buffers(b, h, splits, q.device, q.dtype)
     sync = torch.zeros(OURS._SYNC_GROUPS, dtype=torch.int32) if fused else None
     seqlens = torch.full((b,), n, dtype=torch.int32)
-    plan = _gluon_plan(q, kv, seqlens, splits, fused)
+    plan = _gluon_plan(q, kv, seqlens, splits, fused, cfg={"DESC": desc})
     OURS._launch_gluon_stage1(plan, q, kv, seqlens, None, 0.1, o_part, lse_part, sync, o, lse)
     (call,) = stub.calls
     assert call["grid"] == (1, splits, b) and call["FUSED"] == fused and not call["PAGED"]
@@ -625,6 +679,11 @@ def test_gluon_launcher_passes_every_parameter(monkeypatch, splits, fused, s_pad
     assert (call["S_PAD"], call["UPI"], call["MERGE_WU"]) == (s_pad, upi, wu)
     assert call["UPI"] * call["S_PAD"] <= 128
     assert call["TMA_STORE"] == (OURS.CONFIG["STORE"] == "tma")
+    assert (call["Q_ROWS"], call["KV_ROWS"], call["O_COLS"]) == (b * h, b * n, splits * 512)
+    if desc == "device":
+        assert call["DEVICE_DESC"] and (call["q_desc"], call["kv_desc"], call["o_desc"]) == (q, kv, o_part)
+        return
+    assert not call["DEVICE_DESC"]
     assert list(call["q_desc"].block_shape) == [64, 64] and list(call["q_desc"].shape) == [b * h, 576]
     assert list(call["kv_desc"].block_shape) == [64, 64] and list(call["kv_desc"].shape) == [b * n, 576]
     assert call["q_desc"].base.data_ptr() == q.data_ptr() and call["kv_desc"].base.data_ptr() == kv.data_ptr()

@@ -25,7 +25,8 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
             "LAZY_RESCALE": [False, True], "BLOCK_H": [16, 32, 64], "num_warps": [4, 8],
             "LOAD": ["masked", "peeled", "tma"], "MERGE_BLOCK_D": [0, 32, 64, 128, 256, 512],
             "MERGE_HEADS": [1, 2, 4, 8, 16], "PDL": [False, True], "STAGE1": ["triton", "gluon"],
-            "MERGE": ["kernel", "fused", "auto"], "STORE": ["lsu", "tma"], "LAUNCH": ["cached", "jit"]}
+            "MERGE": ["kernel", "fused", "auto"], "STORE": ["lsu", "tma"], "LAUNCH": ["cached", "jit"],
+            "DESC": ["host", "device", "auto"]}
 # num_splits 0 means: choose from the shape so that stage 1 has about one program per SM.
 # Measured on the H200 (benchmarks/mla_bench.py --tune, 2026-11-29): BLOCK_N=64 x 2 stages is fastest at M3
 # (163 us) and ties at M1 (17.3 us); 32 x 3/4 stages 170/171 us, 16 x 6/8 stages 278 us, and LAZY_RESCALE is 4-7%
@@ -76,12 +77,19 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # 140.9 / 146.5; graph times unchanged (14.25 / 14.18 / 14.30). Of the 28 us, Triton's launcher wrapper (a Python
 # loop over the 37 arguments, three descriptor encodings) is about a third, and a candidate cannot reach the raw
 # launcher (triton.backends is off limits, the function sits in a closure).
+# DESC: where the Gluon stage 1's three TMA descriptors are built. "host": cached host descriptors, which Triton's
+# launcher wrapper expands into CUtensorMaps in a Python loop over every argument on each launch; "device": each
+# program builds them in Triton's global scratch (128 B each, _global_scratch), so the launch is plain integers;
+# "auto": device for eager calls, host for calls being captured into a graph (plan.graph_twin). H200, M1, same run
+# (benchmarks/mla_host.py, 2026-12-01, lease 1): eager host us per call device 22.3 / host 28.1, GPU us per call
+# 14.55 / 12.85 (building descriptors in the kernel puts 1.3-3.4 us on every program's critical path, M1-M5), hence
+# "auto" ships: graphs keep the host descriptors' GPU time, eager calls the device descriptors' launch.
 # Paged caches: the Gluon stage 1 reads a 64-row tile per page lookup (page size a multiple of BLOCK_N), at the
 # contiguous cache's speed (M5 = M3 paged by 64: 85.4 against 84.6 us graphed); page size 1 takes the tl stage 1,
 # which gathers rows through pointers (M6: 162.2 us, FlashInfer's fa3 94.3).
 CONFIG = {"BLOCK_N": 64, "num_stages": 2, "num_splits": 0, "LAZY_RESCALE": False, "BLOCK_H": 64, "num_warps": 8,
           "LOAD": "tma", "MERGE_BLOCK_D": 0, "MERGE_HEADS": 8, "PDL": False, "STAGE1": "gluon", "MERGE": "auto",
-          "STORE": "tma", "LAUNCH": "cached"}
+          "STORE": "tma", "LAUNCH": "cached", "DESC": "auto"}
 
 D_LATENT = 512
 D_ROPE = 64
@@ -648,13 +656,13 @@ def _g_load_w(descs, smem, bars, scalars, pages, BLOCK_N: gl.constexpr, BLOCK_H:
 
 
 @gluon.jit
-def _mla_split_attend_ws(q_desc, kv_desc, o_desc, SEQLENS, OUT, LSE_OUT,
-                         split_len, H, N, qk_scale, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss,
-                         SYNC, O, LSE, f_sb, f_sh, num_splits, BT, bt_stride, PS,
+def _mla_split_attend_ws(q_desc, kv_desc, o_desc, SEQLENS, OUT, LSE_OUT, qk_scale, SYNC, O, LSE, BT,
+                         split_len, H, N, o_sb, o_sh, o_ss, l_sb, l_sh, l_ss, f_sb, f_sh, num_splits, bt_stride,
+                         PS, Q_ROWS, KV_ROWS, O_COLS,
                          BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr, STAGES: gl.constexpr,
                          SINGLE: gl.constexpr, CONSUMER_REGS: gl.constexpr, FUSED: gl.constexpr,
                          S_PAD: gl.constexpr, UPI: gl.constexpr, MERGE_WU: gl.constexpr, PDL: gl.constexpr,
-                         TMA_STORE: gl.constexpr, PAGED: gl.constexpr):
+                         TMA_STORE: gl.constexpr, PAGED: gl.constexpr, DEVICE_DESC: gl.constexpr):
     """Stage 1 on Hopper: per (head group, split, batch row) a loader warp, a scoring warpgroup and a value
     warpgroup, so each score product runs once on the tensor cores.
 
@@ -662,8 +670,22 @@ def _mla_split_attend_ws(q_desc, kv_desc, o_desc, SEQLENS, OUT, LSE_OUT,
     per stage (TMA bytes landed), `empty` per stage (both warpgroups are done with it), and `p_ready` /
     `p_free` around the hand-off of p (8 KB) and the rescale factors from warpgroup 0 to warpgroup 1.
     The three descriptors (q, the cache rows, o) have 64-column boxes, each serving a 512-column and a 64-column
-    part; with PAGED the cache is [pages * PS, 576] rows and the loader finds each tile's page in BT.
+    part; with PAGED the cache is [pages * PS, 576] rows and the loader finds each tile's page in BT. With
+    DEVICE_DESC the three arrive as base pointers and each program builds its descriptors (q [Q_ROWS, 576], the
+    cache [KV_ROWS, 576], o [Q_ROWS, O_COLS]) in Triton's global scratch: no host encoding, and a launch of
+    plain integers.
     """
+    if DEVICE_DESC:
+        h_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], gl.bfloat16)
+        n_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], gl.bfloat16)
+        q_desc = tma.make_tensor_descriptor(q_desc, [Q_ROWS, G_LAT + G_ROPE], [G_LAT + G_ROPE, 1], [BLOCK_H, 64],
+                                            h_layout)
+        kv_desc = tma.make_tensor_descriptor(kv_desc, [KV_ROWS, G_LAT + G_ROPE], [G_LAT + G_ROPE, 1],
+                                             [BLOCK_N, 64], n_layout)
+        if TMA_STORE:
+            o_desc = tma.make_tensor_descriptor(o_desc, [Q_ROWS, O_COLS], [O_COLS, 1], [BLOCK_H, 64], h_layout)
+        else:
+            o_desc = q_desc
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_LAT],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_H, G_LAT], gl.bfloat16))
     qr_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, G_ROPE], q_desc.layout)
@@ -945,15 +967,39 @@ class _Plan:
     """The two-kernel _Plan a fused plan runs when a graph capture comes before the barrier words exist."""
     scratch: object = None
     """The partials' buffer of this plan's eager warm calls (a torch.Tensor of scratch_bytes), made by the first."""
+    runners: dict = dataclasses.field(default_factory=dict)
+    """Launch name -> its compiled kernel's launcher over the plan's grid (CompiledKernel[grid], made once)."""
+    constants: dict = dataclasses.field(default_factory=dict)
+    """(launch name, pdl) -> the launch's trailing arguments, which depend on the plan only."""
+
+    graph_twin: object = None
+    """DESC "auto": the _Plan (DESC "host") that calls being captured into a graph run instead."""
+
+    @property
+    def device_desc(self) -> bool:
+        """Whether the Gluon stage 1 builds its TMA descriptors itself (DESC "device", or "auto" outside a graph
+        capture, whose calls take graph_twin)."""
+        return self.gluon and self.cfg["DESC"] != "host"
 
     @property
     def single(self) -> bool:
         return self.splits == 1
 
-    @property
+    @functools.cached_property
     def launches(self) -> int:
         """Kernels a call launches: stage 1, and the merge unless there is one split or stage 1 merges."""
         return 1 if self.single or self.fused else 2
+
+    @functools.cached_property
+    def pdl(self) -> bool:
+        """Whether stage 2 launches as a programmatic dependent of stage 1: a Hopper launch attribute, which the
+        interpreter neither has nor needs."""
+        return bool(self.cfg["PDL"]) and self.device.type == "cuda" and not self.single
+
+    @functools.cached_property
+    def lse_offset(self) -> int:
+        """Bytes from the partials' buffer to its lse part."""
+        return self.batch * self.heads * self.splits * D_LATENT * self.dtype.itemsize
 
     @property
     def ready(self) -> bool:
@@ -974,17 +1020,20 @@ _DESCRIPTOR_LIMIT = 64
 loop whose q the allocator hands out from a few blocks)."""
 
 
-def _plan_key(q, kv_cache, cache_seqlens, block_table, num_splits: int, split_len: int, config) -> tuple:
+def _plan_key(q, kv_cache, cache_seqlens, block_table, num_splits: int, split_len: int, config,
+              addresses: tuple | None = None) -> tuple:
     """What a plan depends on: every tensor's shape, strides, dtype and device, whether its address is 16-byte
     aligned (Triton specialises pointers on that), the split request and the whole config. Two calls with the same
-    key compile to the same kernels with the same integer arguments; only addresses and sm_scale differ."""
+    key compile to the same kernels with the same integer arguments; only addresses and sm_scale differ.
+    `addresses` are q's, the cache's and cache_seqlens' where the caller has them already."""
     bt = None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype,
                                            block_table.device, block_table.data_ptr() % 16 == 0)
     cfg = tuple(CONFIG.values()) if config is None else tuple(resolve(config).values())
-    return (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() % 16 == 0,
-            kv_cache.shape, kv_cache.stride(), kv_cache.dtype, kv_cache.device, kv_cache.data_ptr() % 16 == 0,
+    q_ptr, kv_ptr, sl_ptr = addresses or (q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr())
+    return (q.shape, q.stride(), q.dtype, q.device, q_ptr % 16 == 0,
+            kv_cache.shape, kv_cache.stride(), kv_cache.dtype, kv_cache.device, kv_ptr % 16 == 0,
             cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype, cache_seqlens.device,
-            cache_seqlens.data_ptr() % 16 == 0, bt, num_splits, split_len, cfg)
+            sl_ptr % 16 == 0, bt, num_splits, split_len, cfg)
 
 
 def _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits: int, split_len: int, config) -> _Plan:
@@ -1025,19 +1074,27 @@ def _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits: int, split_l
         merge_launch=merge_launch(batch, heads, num_splits, cfg))
 
 
-def _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits: int, config) -> _Plan:
-    """The cached plan for these inputs, made on first sight of their key. A fused plan met inside a graph capture
+def _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits: int, config, capturing: bool = False,
+              addresses: tuple | None = None) -> _Plan:
+    """The cached plan for these inputs, made on first sight of their key. A call being captured into a graph
+    under DESC "auto" takes the plan's graph_twin, with host-made descriptors: replays pay no host cost, and the
+    device-made ones add 1.3-3.4 us of GPU time a call (H200, 2026-12-01). A fused plan met inside a graph capture
     before its device's barrier words exist runs as two kernels instead (its fallback)."""
-    key = _plan_key(q, kv_cache, cache_seqlens, block_table, num_splits, 0, config)
+    key = _plan_key(q, kv_cache, cache_seqlens, block_table, num_splits, 0, config, addresses)
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= _PLAN_LIMIT:
             _PLANS.clear()
         plan = _PLANS[key] = _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits, 0, config)
+    if capturing and plan.gluon and plan.cfg["DESC"] == "auto":
+        if plan.graph_twin is None:
+            plan.graph_twin = dataclasses.replace(plan, cfg={**plan.cfg, "DESC": "host"}, compiled={},
+                                                  descriptors={}, scratch=None, runners={}, constants={})
+        plan = plan.graph_twin
     if plan.fused and _sync_words(plan.device) is None:
         if plan.fallback is None:
             plan.fallback = dataclasses.replace(plan, fused=False, merge_step=(1, 1, 1), compiled={}, descriptors={},
-                                                scratch=None)
+                                                scratch=None, runners={}, constants={})
         return plan.fallback
     return plan
 
@@ -1066,7 +1123,10 @@ def _descriptors(plan: _Plan, q, kv_cache, out, base) -> tuple:
 def _descriptor_set(plan: _Plan, q, kv_cache, out) -> tuple:
     """The call's descriptors. A caching plan keeps them per address, over _Address bases (building one costs
     several us of Python); otherwise (the interpreter, which reads through the base, or LAUNCH "jit") they are
-    built over views of the tensors themselves for this call only."""
+    built over views of the tensors themselves for this call only. With DESC "device" the Gluon kernel builds its
+    own, and gets q, the cache and o (or the partials) themselves."""
+    if plan.device_desc:
+        return q, kv_cache, out
     if not plan.cached:
         return _descriptors(plan, q, kv_cache, out, lambda t, shape: t.as_strided(shape, (shape[1], 1)))
     key = (_addr(q) if plan.gluon else 0, _addr(kv_cache), _addr(out) if plan.tma_store else 0)
@@ -1083,33 +1143,44 @@ def _launch(plan: _Plan, name: str, kernel, grid: tuple, args: tuple, options: d
     """One launch: through the plan's compiled kernel once it has one (args then hold addresses; its launcher reads
     all three grid dimensions), else through the JIT function, keeping the compiled kernel it returns (the
     interpreter returns none)."""
-    compiled = plan.compiled.get(name)
-    if compiled is not None:
-        compiled[grid](*args)
+    runner = plan.runners.get(name)
+    if runner is not None:
+        runner(*args)
         return
     compiled = kernel[grid](*args, **options)
     if plan.cached and compiled is not None:
         plan.compiled[name] = compiled
+        plan.runners[name] = compiled[grid]
+
+
+def _gluon_constants(plan: _Plan, pdl: bool) -> tuple:
+    """_mla_split_attend_ws's arguments from split_len on: the plan's integers and constexprs, made once a plan."""
+    key = ("gluon", pdl)
+    constants = plan.constants.get(key)
+    if constants is None:
+        cfg, heads, splits = plan.cfg, plan.heads, plan.splits
+        if plan.single:
+            o_strides, l_strides = (heads * D_LATENT, D_LATENT, 0), (heads, 1, 0)
+        else:
+            o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
+            l_strides = (heads * splits, splits, 1)
+        s_pad, upi, wu = plan.merge_step
+        constants = plan.constants[key] = (
+            plan.split_len, heads, plan.n, *o_strides, *l_strides, heads * D_LATENT, D_LATENT, splits,
+            plan.bt_stride, max(plan.page_size, 1), plan.batch * heads, plan.rows, splits * D_LATENT,
+            cfg["BLOCK_N"], cfg["BLOCK_H"], cfg["num_stages"], plan.single, GLUON_CONSUMER_REGS, plan.fused, s_pad,
+            upi, wu, pdl and not plan.fused, plan.tma_store, plan.page_size > 0, plan.device_desc)
+    return constants
 
 
 def _gluon_args(plan: _Plan, descs, cache_seqlens, block_table, qk_scale: float, out, lse_out, sync, o, lse,
                 pdl: bool) -> tuple:
-    """_mla_split_attend_ws's arguments, in order; out / lse_out are o and lse with one split, else the partials."""
-    cfg, heads, splits = plan.cfg, plan.heads, plan.splits
-    if plan.single:
-        o_strides, l_strides = (heads * D_LATENT, D_LATENT, 0), (heads, 1, 0)
-    else:
-        o_strides = (heads * splits * D_LATENT, splits * D_LATENT, D_LATENT)
-        l_strides = (heads * splits, splits, 1)
-    s_pad, upi, wu = plan.merge_step
+    """_mla_split_attend_ws's arguments, in order: the call's own (descriptors or bases, addresses, the scale)
+    first, then the plan's (_gluon_constants); out / lse_out are o and lse with one split, else the partials."""
     if sync is None:
         sync, o, lse = lse_out, out, lse_out
-    paged = plan.page_size > 0
-    return (*descs, cache_seqlens, out, lse_out, plan.split_len, heads, plan.n, qk_scale, *o_strides, *l_strides,
-            sync, o, lse, heads * D_LATENT, D_LATENT, splits,
-            block_table if paged else cache_seqlens, plan.bt_stride, max(plan.page_size, 1),
-            cfg["BLOCK_N"], cfg["BLOCK_H"], cfg["num_stages"], plan.single, GLUON_CONSUMER_REGS, plan.fused, s_pad,
-            upi, wu, pdl and not plan.fused, plan.tma_store, paged)
+    table = block_table if plan.page_size > 0 else cache_seqlens
+    return (*descs, cache_seqlens, out, lse_out, qk_scale, sync, o, lse, table, *_gluon_constants(plan, pdl))
 
 
 def _launch_gluon_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_scale: float, out, lse_out,
@@ -1119,8 +1190,12 @@ def _launch_gluon_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, q
     after a barrier per (batch row, head group), under a cooperative launch; otherwise stage 2 runs after."""
     descs = _descriptor_set(plan, q, kv_cache, out)
     args = _gluon_args(plan, descs, cache_seqlens, block_table, qk_scale, out, lse_out, sync, o, lse, pdl)
-    _launch(plan, "gluon", _mla_split_attend_ws, plan.grid, args,
-            {"num_warps": 4, "maxnreg": GLUON_MAXNREG, "launch_cooperative_grid": sync is not None})
+    _launch(plan, "gluon", _mla_split_attend_ws, plan.grid, args, _GLUON_OPTIONS[sync is not None])
+
+
+_GLUON_OPTIONS = {cooperative: {"num_warps": 4, "maxnreg": GLUON_MAXNREG, "launch_cooperative_grid": cooperative}
+                  for cooperative in (False, True)}
+"""The Gluon stage 1's launch options, by whether the launch is cooperative (the fused merge's barrier)."""
 
 
 def _launch_tl_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_scale: float, o, lse, o_part,
@@ -1150,9 +1225,12 @@ def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse,
     """One call's launches. The tensor arguments are tensors while the plan is not ready (its launches go through
     the JIT functions) and plain addresses once it is (they go through the compiled kernels)."""
     qk_scale = float(sm_scale) * LOG2E
-    # Grid dependency control is a Hopper launch attribute; the interpreter neither has nor needs it.
-    pdl = bool(plan.cfg["PDL"]) and plan.device.type == "cuda" and not plan.single
+    pdl = plan.pdl
     if plan.gluon:
+        if plan.device_desc:
+            # The kernel's descriptors live in Triton's global scratch, which its launcher asks this hook for. A
+            # context variable: set on every call, since a thread starts without it.
+            triton.set_allocator(_global_scratch)
         sync = _sync_slot(_sync_words(plan.device), isinstance(o, int)) if plan.fused else None
         _launch_gluon_stage1(plan, q, kv_cache, cache_seqlens, block_table, qk_scale, o_part, lse_part, sync, o,
                              lse, pdl)
@@ -1162,17 +1240,33 @@ def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse,
         _launch_merge(plan, cache_seqlens, o, lse, o_part, lse_part, pdl)
 
 
-def _scratch(plan: _Plan) -> torch.Tensor:
+def _scratch(plan: _Plan, capturing: bool) -> torch.Tensor:
     """The partials' buffer of a warm call. Eager calls of a plan share one, kept on the plan: calls on one stream
     run one after another, so the next call's stage 1 cannot overwrite partials a merge still reads (an allocation
     a call costs 5-8 us of host time on the H200 lease's host). A call being captured into a graph gets its own,
     from the graph's pool, so a graph never shares scratch with eager calls or with other graphs. As with a
     FlashInfer workspace, eager calls of one shape on two streams at once must not overlap."""
-    if plan.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    if capturing:
         return torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=plan.device)
     if plan.scratch is None:
         plan.scratch = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=plan.device)
     return plan.scratch
+
+
+_GLOBAL_SCRATCH: dict = {}
+
+
+def _global_scratch(size: int, alignment: int, stream):
+    """Triton's allocator hook (triton.set_allocator): the global scratch a launch needs, here the Gluon stage 1's
+    device-made descriptors (128 B per descriptor and program). Eager launches on one stream run one after another,
+    so each stream keeps one buffer, grown when a launch needs more; a launch being captured into a graph gets its
+    own from the graph's pool, as _scratch does. Any other Triton kernel in the process gets the same service."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(size, dtype=torch.uint8, device="cuda")
+    buffer = _GLOBAL_SCRATCH.get(stream)
+    if buffer is None or buffer.numel() < size:
+        buffer = _GLOBAL_SCRATCH[stream] = torch.empty(max(size, 1 << 16), dtype=torch.uint8, device="cuda")
+    return buffer
 
 
 def _check_buffers(plan: _Plan, o, lse, o_part, lse_part) -> None:
@@ -1212,7 +1306,9 @@ def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: 
     captures into a CUDA graph. From a plan's second call on, its launches use the compiled kernels' handles with
     plain addresses and cached descriptors: at B=1 the GPU work is ~14 us, so host time per call is the eager cost.
     """
-    plan = _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits, config)
+    capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
+    addresses = (q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr())
+    plan = _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits, config, capturing, addresses)
     device = plan.device
     o = torch.empty(plan.batch, plan.heads, D_LATENT, dtype=plan.dtype, device=device)
     lse = torch.empty(plan.batch, plan.heads, dtype=torch.float32, device=device)
@@ -1225,9 +1321,9 @@ def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: 
     if plan.single:
         part_ptr, lse_part_ptr = o_ptr, lse_ptr
     else:
-        scratch = _scratch(plan)  # held until the launches are queued
+        scratch = _scratch(plan, capturing)  # held until the launches are queued
         part_ptr = scratch.data_ptr()
-        lse_part_ptr = part_ptr + plan.batch * plan.heads * plan.splits * D_LATENT * plan.dtype.itemsize
-    _run(plan, q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr(),
-         None if block_table is None else block_table.data_ptr(), sm_scale, o_ptr, lse_ptr, part_ptr, lse_part_ptr)
+        lse_part_ptr = part_ptr + plan.lse_offset
+    _run(plan, *addresses, None if block_table is None else block_table.data_ptr(), sm_scale, o_ptr, lse_ptr,
+         part_ptr, lse_part_ptr)
     return o, lse
