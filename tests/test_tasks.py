@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.journal.events import TaskView
 from workbench.tasks import Shape, Task, TaskError, list_tasks, load_task, tasks_root
 from workbench.tasks import roofline
 
@@ -107,6 +108,13 @@ def test_public_view_hides_heldout(tmp_path):
     assert "H1" not in text and "HC1" not in text and "3001" not in text
     assert view["shapes"]["cuda"][0]["floor_ms"] > 0
     assert view["forbidden"] == {"imports": ["fla"], "torch_ops": ["softmax"]}
+
+
+def test_public_view_is_the_journaled_task_view(tmp_path):
+    """goal.set types the view as TaskView (journal.events): a key the view gains or loses changes the type too."""
+    make_task(tmp_path)
+    view = load_task("demo", tmp_path).public_view()
+    assert set(view) == TaskView.__optional_keys__ | TaskView.__required_keys__
 
 
 def test_softmax_task_ships_valid():

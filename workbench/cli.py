@@ -8,7 +8,10 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from workbench.journal.events import GoalSet, TaskOrigin
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -201,7 +204,7 @@ def _baseline_name(task) -> str:
     return Path(path).stem
 
 
-def _goal(task, device: str, budget: dict[str, Any]) -> dict[str, Any]:
+def _goal(task, device: str, budget: dict[str, Any]) -> GoalSet:
     """The goal contract journaled as goal.set: what the agent may see (no held-out shapes), pinned for the run."""
     from workbench.devices import gpu_name
 
@@ -216,7 +219,7 @@ def _goal(task, device: str, budget: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _task_origin(task) -> dict[str, Any]:
+def _task_origin(task) -> TaskOrigin:
     """Where the task came from and the hash of its oracle files, journaled so a resume finds and checks it."""
     from workbench.tasks.hashing import task_hash
 

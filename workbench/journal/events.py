@@ -107,14 +107,10 @@ class SessionCreated(RunIdentity, TaskOrigin, total=False):
     start: StartKernel
 
 
-class GoalSet(TaskOrigin, total=False):
-    """The goal contract pinned for the session: the task's public view plus device, baseline, metric, budget; a
-    resume that accepted a changed task journals a new one, naming the changed files."""
-
-    task_changed: list[str]
+class TaskView(TypedDict, total=False):
+    """A task as the agent may see it (workbench.tasks.model.Task.public_view): no held-out shape, names included."""
 
     name: str
-    task: str
     description: str
     entry: str
     outputs: list[str]
@@ -125,6 +121,15 @@ class GoalSet(TaskOrigin, total=False):
     graph_timing: bool
     shapes: dict[str, list[dict[str, Any]]]
     files: dict[str, str | None]
+
+
+class GoalSet(TaskView, TaskOrigin, total=False):
+    """The goal contract pinned for the session: the task's public view plus device, baseline, metric, budget; a
+    resume that accepted a changed task journals a new one, naming the changed files."""
+
+    task_changed: list[str]
+
+    task: str
     device: str
     baseline: str
     metric: str

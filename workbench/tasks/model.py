@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.devices import PEAKS, peaks_for  # noqa: F401 - PEAKS (the table, keyed by GPU name) is re-exported
+from workbench.journal.events import TaskView
 from workbench.tasks import roofline
 
 SHAPE_GROUPS = ("cuda", "cpu", "heldout", "heldout_cpu")
@@ -108,7 +109,7 @@ class Task:
         flops, nbytes = self.work(shape)
         return max(nbytes / peaks.bytes_per_s, flops / peaks.flops_per_s) * 1e3
 
-    def public_view(self, gpu: str | None = None) -> dict[str, Any]:
+    def public_view(self, gpu: str | None = None) -> TaskView:
         """Everything the agent may see: the goal contract without any held-out shape (names included).
 
         Args:

@@ -17,11 +17,11 @@ from workbench.agent.backends.transport import (
     BackendError,
     IncompleteStream,
     Reply,
+    SdkTransport,
     TransportError,
     Usage,
-    network_errors,
+    lost_reply,
     retry_after,
-    send_classified,
     tool_use,
 )
 
@@ -126,31 +126,20 @@ def classify(exc: BaseException) -> TransportError | None:
             return TransportError("the API refused this key access (403): check its workspace and permissions",
                                   "fatal", status=403)
         return TransportError(f"model API error: {_short(exc)}", "fatal", status=status)
-    if isinstance(exc, (anthropic.APIConnectionError, IncompleteStream, *network_errors())):
-        return TransportError(_short(exc), "retryable", status=0, retry_after=retry_after(exc))
-    return None
+    return lost_reply(exc, anthropic.APIConnectionError, _short)
 
 
-class AnthropicTransport:
+class AnthropicTransport(SdkTransport):
     """The Messages API through the `anthropic` SDK, from its own environment (key or token, base URL)."""
 
     name = "anthropic"
     credential_hint = "ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) set"
 
-    def __init__(self, client: Any = None, *, timeout: float = 600.0) -> None:
-        self._client = client
-        """The SDK client, made on first use (so importing this module never imports the SDK)."""
-        self.timeout = timeout
-
-    def client(self, timeout: float | None = None) -> Any:
-        """The SDK client; a one-off client with another timeout when asked for one."""
+    def make_client(self, timeout: float) -> Any:
+        """An `anthropic` client with max_retries=0 and this timeout."""
         import anthropic
 
-        if timeout is not None and self._client is None:
-            return anthropic.Anthropic(max_retries=0, timeout=timeout)
-        if self._client is None:
-            self._client = anthropic.Anthropic(max_retries=0, timeout=self.timeout)
-        return self._client
+        return anthropic.Anthropic(max_retries=0, timeout=timeout)
 
     def credentials(self) -> str | None:
         """ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN, whichever the SDK will use."""
@@ -196,15 +185,15 @@ class AnthropicTransport:
             "messages": messages,
         }
 
-    def send(self, body: dict[str, Any]) -> Reply:
+    def receive(self, body: dict[str, Any]) -> Reply:
         """Stream one reply and assemble it: content blocks, stop reason, usage, ids.
 
         Tool arguments are parsed here rather than by the SDK's accumulator, so one malformed argument string
         becomes a tool error for that call instead of losing the whole reply.
-        """
-        return send_classified(lambda: self._stream(body), classify)
 
-    def _stream(self, body: dict[str, Any]) -> Reply:
+        Raises:
+            IncompleteStream: the stream ended before message_stop.
+        """
         blocks: dict[int, dict[str, Any]] = {}
         usage: Usage = {}
         meta: dict[str, Any] = {"stop_reason": None}
@@ -237,6 +226,10 @@ class AnthropicTransport:
         content = [_finish_block(blocks[i]) for i in sorted(blocks)]
         content = [b for b in content if b.get("type") != "text" or b["text"]]
         return Reply(content, meta["stop_reason"], meta.get("id"), meta.get("model"), usage)  # type: ignore[arg-type]
+
+    def classify(self, exc: BaseException) -> TransportError | None:
+        """A failure of this API as a TransportError (the module's classify())."""
+        return classify(exc)
 
     def cost(self, model: str, usage: Usage) -> tuple[float, bool]:
         """USD from the price table, and whether the model is in it."""

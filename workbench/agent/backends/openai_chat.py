@@ -25,11 +25,11 @@ from workbench.agent.backends.transport import (
     BackendError,
     IncompleteStream,
     Reply,
+    SdkTransport,
     TransportError,
     Usage,
-    network_errors,
+    lost_reply,
     retry_after,
-    send_classified,
     tool_use,
 )
 from workbench.journal.events import Block, Endpoint
@@ -210,21 +210,19 @@ class _Assembly:
         return Reply(content, self.finish, self.id, self.model, self.usage)
 
 
-class OpenAITransport:
+class OpenAITransport(SdkTransport):
     """Chat completions through the `openai` SDK at one endpoint (see the module docstring)."""
 
     name = "openai"
     credential_hint = f"{KEY_VARIABLE} set (or --base-url URL of a server that needs no key)"
 
     def __init__(self, endpoint: Endpoint | None = None, *, client: Any = None, timeout: float = 600.0) -> None:
+        super().__init__(client, timeout=timeout)
         endpoint = endpoint or {}
         self.base_url = base_url(endpoint.get("base_url"))
         self.price: tuple[float, ...] | None = tuple(endpoint["price"]) if endpoint.get("price") else None
         """USD per million input, output (and cached input) tokens; None: unknown, counted as 0."""
         self.stream = endpoint.get("stream", True)
-        self.timeout = timeout
-        self._client = client
-        """The SDK client, made on first use (so importing this module never imports the SDK)."""
 
     @property
     def endpoint(self) -> Endpoint:
@@ -234,19 +232,12 @@ class OpenAITransport:
             out["price"] = list(self.price)
         return out
 
-    def client(self, timeout: float | None = None) -> Any:
-        """The SDK client; a one-off client with another timeout when asked for one."""
+    def make_client(self, timeout: float) -> Any:
+        """An `openai` client for the base URL with max_retries=0 and this timeout."""
         import openai
 
-        def make(seconds: float) -> Any:
-            return openai.OpenAI(api_key=os.environ.get(KEY_VARIABLE) or NO_KEY, base_url=self.base_url,
-                                 max_retries=0, timeout=seconds)
-
-        if timeout is not None and self._client is None:
-            return make(timeout)
-        if self._client is None:
-            self._client = make(self.timeout)
-        return self._client
+        return openai.OpenAI(api_key=os.environ.get(KEY_VARIABLE) or NO_KEY, base_url=self.base_url, max_retries=0,
+                             timeout=timeout)
 
     # -- before a session ------------------------------------------------------------------------
     def credentials(self) -> str | None:
@@ -361,14 +352,14 @@ class OpenAITransport:
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def send(self, body: dict[str, Any]) -> Reply:
+    def receive(self, body: dict[str, Any]) -> Reply:
         """Send one request and assemble its reply (streamed or whole, as the body asks).
 
         Tool arguments are parsed here, so one malformed argument string becomes a tool error for that call.
-        """
-        return send_classified(lambda: self._send(body), classify)
 
-    def _send(self, body: dict[str, Any]) -> Reply:
+        Raises:
+            IncompleteStream: the stream ended before its finish_reason.
+        """
         reply = _Assembly()
         if not body.get("stream"):
             reply.chunk(self.client().chat.completions.create(**body).to_dict())
@@ -379,6 +370,10 @@ class OpenAITransport:
         if reply.finish is None:
             raise IncompleteStream("the reply stream ended before its finish_reason")
         return reply.reply()
+
+    def classify(self, exc: BaseException) -> TransportError | None:
+        """A failure of this API as a TransportError (the module's classify())."""
+        return classify(exc)
 
     def cost(self, model: str, usage: Usage) -> tuple[float, bool]:
         """USD at the price the person gave (cached input at the input price unless a third figure says
@@ -406,8 +401,9 @@ def classify(exc: BaseException) -> TransportError | None:
         if status == 401:
             return TransportError(f"the server rejected the key (401): check {KEY_VARIABLE}", "fatal", status=401)
         return TransportError(f"model API error: {_short(exc)}", "fatal", status=status)
-    if isinstance(exc, (openai.APIConnectionError, IncompleteStream, *network_errors())):
-        return TransportError(_short(exc), "retryable", status=0, retry_after=retry_after(exc))
+    lost = lost_reply(exc, openai.APIConnectionError, _short)
+    if lost is not None:
+        return lost
     if isinstance(exc, openai.APIError):
         # An error event inside a 200 stream (the server failed mid-reply): a retry may cure it unless it says the
         # prompt does not fit.

@@ -4,14 +4,15 @@ A transport turns the neutral prompt (system text, tool specs, messages of neutr
 with id/name/input, tool_result) into its API's request, streams one reply back as neutral blocks with neutral
 usage, classifies its failures, prices usage, and checks credentials and access before a session is made. The
 Anthropic Messages API is one implementation (backends/claude.py), an OpenAI-compatible chat-completions API the
-second (backends/openai_chat.py). Transports journal nothing and never wait: retries, back-off and the journal
-belong to the conversation step.
+second (backends/openai_chat.py); SdkTransport is what the two share as transports over a vendor's SDK.
+Transports journal nothing and never wait: retries, back-off and the journal belong to the conversation step.
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, TypedDict
@@ -125,16 +126,68 @@ class IncompleteStream(Exception):
     """A reply stream ended before the API said it was complete (a proxy or the network dropped it): retried."""
 
 
-def send_classified(send: Callable[[], Reply], classify: Callable[[BaseException], TransportError | None]) -> Reply:
-    """`send()`, with a failure that `classify` recognises raised as its TransportError instead (without the SDK's
-    exception chained: its text may quote headers); anything else propagates as it is."""
-    try:
-        return send()
-    except Exception as exc:
-        failure = classify(exc)
-        if failure is None:
-            raise
-        raise failure from None
+class SdkTransport(ABC):
+    """What a transport over a vendor's Python SDK shares (AnthropicTransport, OpenAITransport): the SDK client,
+    made on first use with the SDK's own retries off (retries are the conversation step's, so each one is
+    journaled), and sending with every failure classified. A subclass makes the client, receives one reply and
+    classifies a failure; the rest of the Transport protocol is its own."""
+
+    def __init__(self, client: Any = None, *, timeout: float = 600.0) -> None:
+        self._client = client
+        """The SDK client (given by tests), else made on first use, so importing a transport never imports its SDK."""
+        self.timeout = timeout
+        """Seconds one request may take."""
+
+    def client(self, timeout: float | None = None) -> Any:
+        """The SDK client; a one-off client with another timeout when asked for one (a given client serves all)."""
+        if self._client is None and timeout is not None:
+            return self.make_client(timeout)
+        if self._client is None:
+            self._client = self.make_client(self.timeout)
+        return self._client
+
+    @abstractmethod
+    def make_client(self, timeout: float) -> Any:
+        """A new SDK client with max_retries=0 and this timeout."""
+
+    def send(self, body: dict[str, Any]) -> Reply:
+        """Send one request and assemble its reply (receive); a failure that classify() recognises is raised as its
+        TransportError instead, without the SDK's exception chained (its text may quote headers); anything else
+        propagates as it is.
+
+        Raises:
+            TransportError: the request failed (classified).
+        """
+        try:
+            return self.receive(body)
+        except Exception as exc:
+            failure = self.classify(exc)
+            if failure is None:
+                raise
+            raise failure from None
+
+    @abstractmethod
+    def receive(self, body: dict[str, Any]) -> Reply:
+        """Send one request and assemble its reply; raises whatever the SDK or the network raised."""
+
+    @abstractmethod
+    def classify(self, exc: BaseException) -> TransportError | None:
+        """An SDK or network exception as a TransportError; None for anything that is not a failed request."""
+
+
+def lost_reply(exc: BaseException, connection_error: type[BaseException],
+               short: Callable[[BaseException], str]) -> TransportError | None:
+    """`exc` as a retryable failure when no whole reply came: the SDK's `connection_error`, a stream that ended early
+    (IncompleteStream) or a network error the SDK's HTTP library let through; None for anything else.
+
+    Args:
+        exc: what the request raised.
+        connection_error: the SDK's class for a request that got no response (APIConnectionError).
+        short: the transport's one line about a failure (never a header).
+    """
+    if isinstance(exc, (connection_error, IncompleteStream, *network_errors())):
+        return TransportError(short(exc), "retryable", status=0, retry_after=retry_after(exc))
+    return None
 
 
 def tool_use(id: str, name: str, raw: str) -> ToolUseBlock:
