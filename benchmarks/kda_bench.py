@@ -491,8 +491,9 @@ def run(args):
             row[f"{iname}_graph_ms"] = graph_ms(torch, fn, inp)
             if "floor_ms" in row:
                 row[f"{iname}_x_floor"] = row[f"{iname}_ms"] / row["floor_ms"]
-        for iname in ("main", "old"):
-            if iname in active:
+        # every variant's per-kernel times on the first shape (K1 by default), main's and old's on all
+        for iname in active:
+            if iname in ("main", "old") or (iname in variants and sname == next(iter(shapes))):
                 row[f"{iname}_split"] = kernel_split(torch, active[iname], inp)
         print("time", json.dumps(row), flush=True)
         result["timing"].append(row)
@@ -547,6 +548,14 @@ def print_tables(result, impls):
             print(f"{t['shape']:6} " + " ".join(f"{t.get('fla_ms', nan) / t.get(n + '_ms', nan):10.2f}"
                                                  for n in names if n != "fla")
                   + f"   {split.get('_kda_prep', math.nan):.3f}/{split.get('_kda_scan', math.nan):.3f}")
+    if result["timing"]:
+        first = result["timing"][0]
+        print(f"\n{first['shape']}: ms per kernel, and registers / stack bytes / shared KB per kernel")
+        for n in names:
+            if f"{n}_split" in first:
+                kern = first.get(f"{n}_kernels", {})
+                res = ", ".join(f"{k} {v['regs']}/{v['spills']}/{v['smem'] // 1024}" for k, v in kern.items())
+                print(f"{n:10} {json.dumps(first[n + '_split'])}  {res}")
     if result["oracle"]:
         print(f"\n{'shape':6} {'recurrent s':>12} {'chunked s':>10}  (fp64 oracle; agreement on the first)")
         for name, r in result["oracle"].items():

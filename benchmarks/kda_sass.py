@@ -26,7 +26,8 @@ from triton.compiler import ASTSource
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 PREP_ARGS = ("q:*bf16 k:*bf16 v:*bf16 g:*fp32 beta:*bf16 w:*bf16 u:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 aqk_lo:*bf16 "
-             "gc:*fp32 T:i32 NT:i32 scale:fp32 H:i32")
+             "gc:*fp32 lbuf:*fp32 flag:*i32 T:i32 NT:i32 scale:fp32 H:i32")
+WY_ARGS = "v:*bf16 beta:*bf16 w:*bf16 u:*bf16 lbuf:*fp32 T:i32 NT:i32 H:i32"
 SCAN_ARGS = ("w:*bf16 u:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 aqk_lo:*bf16 gc:*fp32 h0:*fp32 o:*bf16 ht:*fp32 T:i32 NT:i32 "
              "H:i32")
 
@@ -84,16 +85,25 @@ def main():
     kc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kc)
     for text in args.configs or [""]:
-        cfg = dict({"aqk_ops": 0, "aqk_lo": 0}, **kc.CONFIG,
-                   **{k: int(v) for k, v in (item.split("=") for item in filter(None, text.split(",")))})
-        for name, fn, sig, const, opts in (
-                ("prep", kc._kda_prep, PREP_ARGS,
-                 {"K": 128, "V": 128, "BK": cfg["BK"], "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
-                  "AQK_LO": cfg["aqk_lo"]},
-                 {"num_warps": cfg["prep_warps"], "num_stages": cfg["prep_stages"]}),
-                ("scan", kc._kda_scan, SCAN_ARGS,
-                 {"K": 128, "V": 128, "BV": cfg["BV"] or 64, "HAS_H0": True, "AQK_LO": cfg["aqk_lo"]},
-                 {"num_warps": cfg["scan_warps"], "num_stages": cfg["scan_stages"]})):
+        cfg = dict({"aqk_ops": 0, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0, "prep_nreg": 0,
+                    "wy_warps": 4}, **kc.CONFIG)
+        cfg.update({k: int(v) for k, v in (item.split("=") for item in filter(None, text.split(",")))})
+        prep_const = {"K": 128, "V": 128, "BK": cfg["BK"], "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
+                      "AQK_LO": cfg["aqk_lo"], "WY": int(not cfg["prep_split"]), "ORDER": cfg["prep_order"],
+                      "FAR": int(not cfg["far_split"]), "FLAGGED": 0}
+        prep_opts = {"num_warps": cfg["prep_warps"], "num_stages": cfg["prep_stages"]}
+        kernels = [("prep", kc._kda_prep, PREP_ARGS, prep_const,
+                    dict(prep_opts, **({"maxnreg": cfg["prep_nreg"]} if cfg["prep_nreg"] else {})))]
+        if cfg["far_split"]:
+            kernels.append(("prep_far", kc._kda_prep, PREP_ARGS, dict(prep_const, FAR=1, FLAGGED=1), prep_opts))
+        if cfg["prep_split"]:
+            kernels.append(("wy", kc._kda_wy, WY_ARGS, {"K": 128, "V": 128, "BK": cfg["BK"], "BVP": cfg["BVP"],
+                                                        "ORDER": cfg["prep_order"]},
+                            dict(prep_opts, num_warps=cfg["wy_warps"])))
+        kernels.append(("scan", kc._kda_scan, SCAN_ARGS,
+                        {"K": 128, "V": 128, "BV": cfg["BV"] or 64, "HAS_H0": True, "AQK_LO": cfg["aqk_lo"]},
+                        {"num_warps": cfg["scan_warps"], "num_stages": cfg["scan_stages"]}))
+        for name, fn, sig, const, opts in kernels:
             head, loops = describe(*compile_kernel(fn, sig, const, opts))
             print(f"{text or 'CONFIG'} {name}: {head}")
             for line in loops:

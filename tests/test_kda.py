@@ -169,6 +169,38 @@ def test_one_k_slice_matches_oracle(params):
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 
+PREP_LAYOUTS = [{"far_split": 1}, {"prep_split": 1}, {"far_split": 1, "prep_split": 1, "wy_warps": 8},
+                {"prep_order": 1}, {"far_split": 1, "prep_warps": 8, "prep_nreg": 128},
+                {"far_split": 1, "prep_split": 1, "prep_order": 1, "BK": 16}]
+
+
+@pytest.mark.parametrize("layout", PREP_LAYOUTS)
+def test_prep_layouts_match_config_bit_for_bit(layout):
+    """far_split (the second path in its own launch, for flagged chunks only), prep_split (M, W and U in a kernel
+    of their own, L through memory) and prep_order (heads-fastest grid) change no rounding: o and the final state
+    equal CONFIG's bit for bit, on chunks of both paths (chunk 1 decays at g = -5 from row 8 on, so its rows 16 on
+    reach REACH; chunks 0 and 2 do not), with a partial last chunk and two K slices in the last layout."""
+    inp = _inputs(9, B=2, T=170, H=2, K=32, V=16, gate="mild")
+    inp["g"][:, 72:128] = -5.0
+    per_chunk = [(-inp["g"][:, c:c + 64].cumsum(1) / math.log(2.0)).max() for c in (0, 64, 128)]
+    assert float(per_chunk[1]) >= float(OURS.REACH.value) > max(float(per_chunk[0]), float(per_chunk[2]))
+    base = dict(BK=16) if layout.get("BK") else {}
+    o1, s1 = OURS.kda_chunked(**inp, **base)
+    o2, s2 = OURS.kda_chunked(**inp, **layout)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2)
+    ro, rs = REF.forward(**inp)
+    assert rel_rms(o2, ro) < TIGHT and rel_rms(s2, rs) < TIGHT
+
+
+def test_far_split_launches_what_it_needs():
+    """far_split adds the flagged second launch and prep_split the _kda_wy kernel; CONFIG launches two kernels."""
+    inp = _inputs(0, B=1, T=40, H=1, K=16, V=16)
+    OURS.kda_chunked(**inp)
+    assert set(OURS.LAUNCHED) == {"prep", "scan"}
+    OURS.kda_chunked(**inp, far_split=1, prep_split=1)
+    assert set(OURS.LAUNCHED) == {"prep", "prep_far", "wy", "scan"}
+
+
 @pytest.mark.parametrize("name", ["BKK", "fsub_t", "inv_dots", "post_mask", "prep_maxnreg", "anchor_sums"])
 def test_chunked_rejects_unknown_launch_parameters(name):
     """Removed experiments (fsub_t is now the only path; the others lost on the H200) must fail loudly, in one

@@ -28,7 +28,8 @@ dependent step needs a layout change, are inverted in fp32 (forward substitution
 at once, and two 8x8x8 products for each corner) and merged with four tf32 products, and W = M diag(beta) Gamma K
 overwrites the parked values while U = M diag(beta) V is written. The scan reads the intermediates once per
 V-block and writes o and the final state, so no per-chunk state goes to memory. Two launches in all, against
-FLA's six.
+FLA's six. Three layout knobs (far_split, prep_split, prep_order; TUNABLES) rearrange the preparation into more
+launches or another grid order without changing a rounding.
 """
 
 import torch
@@ -65,12 +66,20 @@ LAUNCHED = {}
 #   removed: diagonal inverse by powers of L: NaN in tf32 on identical keys, 1.294 in tf32x3
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [64], "BVP": [64], "prep_warps": [4, 8],
-            "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1]}
+            "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0, 1],
+            "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128], "wy_warps": [4, 8]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
-rounding remainder stored too, for a second product in the scan."""
+rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
+second (16-row anchor) path, which a second launch runs for the chunks that need it; prep_split: M, W and U in a
+kernel of their own (_kda_wy), L passed through memory in fp32; prep_order: the prep's grid heads-fastest (1)
+instead of chunks-fastest (0). The three change no rounding (o bit-identical under the interpreter).
+prep_nreg: a register cap for the (first) prep launch, 0 for none: with 8 prep warps and far_split, 128 fits two
+programs of 8 warps on an SM (ptxas, sm_90: 24 B of stack; without the cap 242 registers, one program);
+wy_warps: warps of _kda_wy."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
-          "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0}
+          "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0,
+          "prep_nreg": 0, "wy_warps": 4}
 
 
 @triton.jit
@@ -224,8 +233,8 @@ def _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: tl.con
 
 
 @triton.jit
-def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, mid_row, rmask, scale, H, K: tl.constexpr,
-           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr):
+def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, scale, H, K: tl.constexpr,
+           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr):
     """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk (bf16, plus its rounding
     remainder in aqk_lo when AQK_LO), qg, kg, Gamma K (into w, until W replaces it) and gc, for one chunk.
 
@@ -235,6 +244,9 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, mid_row, rmask, scale, H
     and mild gates. Rows at or past it (a chunk decaying faster than REACH / 64 = 1.9 log2 per token on some
     channel: the g = -5 bound does) are zeroed and recomputed by _blocked_slice around 16-row past anchors. The
     row's own reach picks its path, so o_t still never depends on later tokens.
+
+    FAR 0 (far_split) compiles without the second path: such a chunk is only flagged (flagb), and a second launch
+    with FAR 1 redoes the flagged chunks, so the common kernel carries neither its code nor its spills.
     """
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
@@ -246,11 +258,15 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, mid_row, rmask, scale, H
         akk, aqk_acc, reach = _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk,
                                            aqk_acc, reach, K, BK, AQK_OPS)
     far = reach >= REACH
-    if tl.max(far.to(tl.int32), 0) > 0:
-        akk = tl.where(far[:, None], 0.0, akk)
-        aqk_acc = tl.where(far[:, None], 0.0, aqk_acc)
-        for kk in range(0, K, BK):
-            akk, aqk_acc = _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K, BK, AQK_OPS)
+    if FAR:
+        if tl.max(far.to(tl.int32), 0) > 0:
+            akk = tl.where(far[:, None], 0.0, akk)
+            aqk_acc = tl.where(far[:, None], 0.0, aqk_acc)
+            for kk in range(0, K, BK):
+                akk, aqk_acc = _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K, BK,
+                                              AQK_OPS)
+    else:
+        tl.store(flagb, tl.max(far.to(tl.int32), 0))
     aqk_acc = tl.where(rr >= cc, aqk_acc, 0.0)
     hi = aqk_acc.to(aqk.dtype.element_ty)
     _store_chunk(aqk + mid_row * 64, 64, r64, hi)
@@ -296,11 +312,16 @@ def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr,
 
 
 @triton.jit
-def _chunk_setup(T, NT, H):
+def _chunk_setup(T, NT, H, ORDER: tl.constexpr):
     """Program -> (row of token t0 in [B, T, H, *] inputs, row of the chunk in [B*H, NT*64, *] intermediates,
-    row mask)."""
-    i_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
+    row mask). ORDER 0: grid (NT, B*H), the chunks of one head launched together; 1: grid (B*H, NT), the heads of
+    one chunk together (neighbouring programs then read neighbouring 256 B pieces of the same input rows)."""
+    if ORDER:
+        i_bh = tl.program_id(0)
+        i_t = tl.program_id(1)
+    else:
+        i_t = tl.program_id(0)
+        i_bh = tl.program_id(1)
     t0 = i_t * 64
     # inputs are [B, T, H, D]: token t of (b, h) sits at row (b*T + t)*H + h
     in_row = ((i_bh // H).to(tl.int64) * T + t0) * H + i_bh % H
@@ -311,17 +332,47 @@ def _chunk_setup(T, NT, H):
     return in_row, mid_row, rmask
 
 
-@triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, T, NT, scale, H, K: tl.constexpr,
-              V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
-              AQK_LO: tl.constexpr):
-    """Everything chunk-parallel, for one (chunk, head); L never leaves registers."""
-    in_row, mid_row, rmask = _chunk_setup(T, NT, H)
+@triton.jit
+def _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale, H,
+                K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
+                AQK_LO: tl.constexpr, FAR: tl.constexpr, WY: tl.constexpr):
     bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
     L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, aqk_lo,
-               gc + mid_row // 64 * K, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO)
-    # the stash of beta Gamma K in w was written by other threads of this program
-    tl.debug_barrier()
+               gc + mid_row // 64 * K, flag + mid_row // 64, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO,
+               FAR)
+    if WY:
+        # the stash of Gamma K in w was written by other threads of this program
+        tl.debug_barrier()
+        _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BK, BVP)
+    else:
+        # prep_split: L (fp32, exact) goes to _kda_wy, a kernel of fewer registers
+        _store_chunk(lbuf + mid_row * 64, 64, tl.arange(0, 64), L)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "H"])
+def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, scale, H, K: tl.constexpr,
+              V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
+              AQK_LO: tl.constexpr, FAR: tl.constexpr, FLAGGED: tl.constexpr, WY: tl.constexpr,
+              ORDER: tl.constexpr):
+    """Everything chunk-parallel, for one (chunk, head); with WY, L never leaves registers. FLAGGED: only the
+    chunks that a FAR 0 launch flagged (far_split's second launch); the others return at once."""
+    in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
+    if FLAGGED:
+        if tl.load(flag + mid_row // 64) != 0:
+            _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask,
+                        scale, H, K, V, BK, BVP, AQK_OPS, AQK_LO, FAR, WY)
+    else:
+        _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale,
+                    H, K, V, BK, BVP, AQK_OPS, AQK_LO, FAR, WY)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "H"])
+def _kda_wy(v, beta, w, u, lbuf, T, NT, H, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+            BVP: tl.constexpr, ORDER: tl.constexpr):
+    """prep_split's second kernel: M, W and U of one (chunk, head) from the L that _kda_prep stored."""
+    in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
+    r64 = tl.arange(0, 64)
+    L = tl.load(lbuf + mid_row * 64 + (r64[:, None] * 64 + r64[None, :]))
     _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BK, BVP)
 
 
@@ -389,6 +440,7 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
                          "the H200 (2026-12-01)")
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     dev = q.device
+    LAUNCHED.clear()
     NT = triton.cdiv(T, BT)
     # intermediates: chunk-padded, head-major, in the inputs' dtype (fp32 under the CPU interpreter)
     w = torch.empty(B * H, NT * BT, K, dtype=q.dtype, device=dev)
@@ -401,9 +453,24 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     gc = torch.empty(B * H, NT, K, dtype=torch.float32, device=dev)
     o = torch.empty(B, T, H, V, dtype=v.dtype, device=dev)
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
-    LAUNCHED["prep"] = _kda_prep[(NT, B * H)](
-        q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, T, NT, float(scale), H, K=K, V=V, BK=bk, BVP=bvp,
-        AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"], num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
+    # far_split: one flag per chunk, written by the first launch for every chunk; prep_split: L per chunk (fp32)
+    flag = torch.empty(B * H * NT, dtype=torch.int32, device=dev) if cfg["far_split"] else gc
+    lbuf = torch.empty(B * H, NT * BT, BT, dtype=torch.float32, device=dev) if cfg["prep_split"] else gc
+    grid = (B * H, NT) if cfg["prep_order"] else (NT, B * H)
+    prep_args = (q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, float(scale), H)
+    prep_kw = dict(K=K, V=V, BK=bk, BVP=bvp, AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"],
+                   WY=not cfg["prep_split"], ORDER=cfg["prep_order"], num_warps=cfg["prep_warps"],
+                   num_stages=cfg["prep_stages"])
+    # the register cap applies to the first launch only: the flagged one carries the second path, which spills
+    # heavily under a cap (704 B at 128)
+    LAUNCHED["prep"] = _kda_prep[grid](*prep_args, FAR=not cfg["far_split"], FLAGGED=False,
+                                       maxnreg=cfg["prep_nreg"] or None, **prep_kw)
+    if cfg["far_split"]:
+        LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=True, FLAGGED=True, **prep_kw)
+    if cfg["prep_split"]:
+        LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, lbuf, T, NT, H, K=K, V=V, BK=bk, BVP=bvp,
+                                       ORDER=cfg["prep_order"], num_warps=cfg["wy_warps"],
+                                       num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
     LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
         w, u, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,
