@@ -41,6 +41,11 @@ COPY_BW = 4.25e12  # B/s, realistic floor (KERNELS.md); the measured copy bandwi
 MMA_RATE = 672e12  # FLOP/s, realistic bf16 rate (KERNELS.md)
 CUDA_SHAPES = {s["name"]: s["params"] for s in TASK["shapes"]["cuda"]}
 HELD_OUT = {s["name"]: s["params"] for s in TASK["shapes"]["heldout"]}
+BENCH_ONLY = {"K1lb": {**CUDA_SHAPES["K1"], "gate": "lower_bound"}}
+"""Timed only when named in --shapes: K1 with every gate at the g = -5 bound, where every chunk's later rows take
+the prep's second path (16-row anchors)."""
+WORK_OF = {"K1lb": "K1"}
+"""The task shape whose roofline a bench-only shape shares (the gate changes no byte or flop)."""
 
 
 def parse_variant(text):
@@ -355,7 +360,8 @@ def run(args):
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t_start = time.time()
-    shapes = {n: p for n, p in CUDA_SHAPES.items() if not args.shapes or n in args.shapes.split(",")}
+    named = args.shapes.split(",") if args.shapes else []
+    shapes = {n: p for n, p in {**CUDA_SHAPES, **BENCH_ONLY}.items() if n in named or (not named and n in CUDA_SHAPES)}
 
     fla_ok = not args.no_fla and importlib.util.find_spec("fla") is not None
     fla_procs = []
@@ -459,7 +465,7 @@ def run(args):
         ref_o, ref_s = reference.forward(**inp)
         row = {"shape": sname, "params": params}
         if work is not None:
-            flops, nbytes = work(sname)
+            flops, nbytes = work(WORK_OF.get(sname, sname))
             row.update(bytes=nbytes, flops=flops, floor_ms=max(nbytes / COPY_BW, flops / MMA_RATE) * 1e3)
         active = {}
         for iname, fn in impls.items():

@@ -47,7 +47,9 @@ def compile_stage1(splits: int = 4, fused: bool = False, block_n: int = 0, stage
     CONFIG's)."""
     ours = _module(kernel_file)
     kernel = ours._mla_split_attend_ws
-    cfg = {"STORE": store or ours.CONFIG["STORE"], "DESC": desc or ours.CONFIG["DESC"]}
+    cfg = {"STORE": store or ours.CONFIG["STORE"]}
+    if "DESC" in ours.CONFIG:  # an older kernel file (--kernel) may predate it
+        cfg["DESC"] = desc or ours.CONFIG["DESC"]
     if block_n:
         cfg["BLOCK_N"] = block_n
     if stages:

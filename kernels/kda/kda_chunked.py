@@ -64,9 +64,15 @@ LAUNCHED = {}
 #   removed: prep register cap 168: 1.416, 128: 1.958 (spills); block-local anchors 1.376
 #   removed: anchors from block sums 1.753 (of the tile) / 1.429 (of a second load); cumsum by tf32 products 1.985
 #   removed: diagonal inverse by powers of L: NaN in tf32 on identical keys, 1.294 in tf32x3
+# 2026-12-01 (session 27), FLA 1.846 / 1.840 in the same runs, K1 do_bench ms (benchmarks/RESULTS.md):
+#   CONFIG 1.088 / 1.082; far_split 1.063 / 1.055 (prep 0.83 ms, no spills) but at K1 with every gate at the
+#   g = -5 bound (K1lb, every chunk's later rows on the second path) 3.858 against CONFIG's 1.606, so far_split
+#   stays 0 and out of the tuner's reach (TUNABLES offers 0 only: the task's shapes have no such gates at scale);
+#   far_split + 8 prep warps + prep_nreg 128 1.241 (two programs an SM, 44% more instructions), heads-fastest
+#   grid 1.233; prep_split 1.091 (prep 0.42 + _kda_wy 0.44), with 8 warps and the cap 1.203. Same errors.
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [64], "BVP": [64], "prep_warps": [4, 8],
-            "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0, 1],
+            "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
             "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128], "wy_warps": [4, 8]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's

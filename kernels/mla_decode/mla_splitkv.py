@@ -975,13 +975,13 @@ class _Plan:
     graph_twin: object = None
     """DESC "auto": the _Plan (DESC "host") that calls being captured into a graph run instead."""
 
-    @property
+    @functools.cached_property
     def device_desc(self) -> bool:
         """Whether the Gluon stage 1 builds its TMA descriptors itself (DESC "device", or "auto" outside a graph
         capture, whose calls take graph_twin)."""
         return self.gluon and self.cfg["DESC"] != "host"
 
-    @property
+    @functools.cached_property
     def single(self) -> bool:
         return self.splits == 1
 
