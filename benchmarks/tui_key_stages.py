@@ -33,7 +33,8 @@ def now_ms() -> float:
 
 
 def probe(log_path: str, argv: list[str]) -> None:
-    """Run the workbench CLI (or the bare app for ['--bare']) with Textual patched to log each f's stages."""
+    """Run the workbench CLI (or the bare app and its load for ['--bare', FOLDER, WORKERS]) with Textual patched to
+    log each f's stages."""
     from textual import events
     from textual.drivers import _writer_thread, linux_driver
     from textual.screen import Screen
@@ -43,7 +44,7 @@ def probe(log_path: str, argv: list[str]) -> None:
     """Set when the key's effect is in the widget tree: the next frame rendered and written is the key's. The
     workbench sets it when its action returns (a tick's frame may come between the key and the action); the bare
     app, which draws nothing else, when the key is read."""
-    bare = argv == ["--bare"]
+    bare = argv[:1] == ["--bare"]
 
     def mark(what: str) -> None:
         log.write(f"{now_ms():.3f} {what}\n")
@@ -89,7 +90,7 @@ def probe(log_path: str, argv: list[str]) -> None:
         sys.path.insert(0, str(REPO / "benchmarks"))
         from tui_responsiveness import bare_app
 
-        bare_app()
+        bare_app(argv[1:])
         return
     from workbench.ui.screens.live import LiveScreen
 
@@ -110,7 +111,7 @@ def probe(log_path: str, argv: list[str]) -> None:
 
 def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[str, float]]:
     """Press f `presses` times in `which` ('workbench' or 'bare') and return each press's stages."""
-    from tui_responsiveness import press_latencies, start_load, stop_load, tmux_setup
+    from tui_responsiveness import press_latencies, tmux_setup
 
     env, run, tmux = tmux_setup(folder, workers, f"{which}.sock")
     from test_tui_tmux import descendants, kill
@@ -119,7 +120,6 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[s
     log_path.write_text("")
     flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
     probe_argv = [sys.executable, str(Path(__file__).resolve()), "--probe", str(log_path)]
-    load = None
     pids: list[int] = []
     rng = random.Random(11)
     driver_marks: list[tuple[float, str]] = []
@@ -128,18 +128,15 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[s
             tmux("new-session", "-d", "-s", "x", "-x", "120", "-y", "40", "-c", str(REPO), *flags, *probe_argv,
                  *run, "--sessions-dir", str(folder / "s1"))
             tmux.wait("x", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
-        else:
-            load = start_load(folder, env, run)
+        else:  # the bare app starts the same tuner headless in its session, as the TUI runs it in its own
             tmux("new-session", "-d", "-s", "x", "-x", "120", "-y", "40", "-c", str(REPO), *flags, *probe_argv,
-                 "--bare")
-            tmux.wait("x", lambda s: "events" in s, 60, "the bare app")
+                 "--bare", str(folder), str(workers))
+            tmux.wait("x", lambda s: "events" in s, 240, "the bare app and its tuner evaluating")
         press_latencies(tmux, "x", presses, rng, driver_marks)
         pids = descendants(tmux.pid("x"))
     finally:
         tmux("kill-server", check=False)
         kill(pids)
-        if load is not None:
-            stop_load(load)
     marks = sorted(driver_marks + [(float(t), rest) for t, _, rest in
                                    (line.partition(" ") for line in log_path.read_text().splitlines())])
     out: list[dict[str, float]] = []

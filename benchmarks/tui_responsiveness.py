@@ -20,8 +20,10 @@ Run: PYTHONPATH=. python benchmarks/tui_responsiveness.py [--events 100000] [--r
 `workbench run softmax --agent tuner --device cpu --workers N`, the real TUI with the tuner evaluating on N CPU slots;
 `f` (the event log's next filter) is sent with `tmux send-keys` at random moments and the latency is the time until
 `tmux capture-pane` shows the log's new title. The same is measured for a bare Textual app (one label that `f`
-changes) while a headless run of the same tuner with the same --workers loads the machine the same way. Rounds
-alternate the two, so a change in the machine's other load falls on both.
+changes) while a headless run of the same tuner with the same --workers loads the machine the same way: the bare app
+starts that run itself, so its evaluation processes are in the bare app's session as the TUI's are in the TUI's
+(which matters to the scheduler: workbench.evaluator.priority). Rounds alternate the two, so a change in the machine's
+other load falls on both.
 
 --tmux-cpu: the same TUI run in tmux, and the CPU each of its threads used over --seconds once the tuner evaluates
 (from /proc/PID/task/*/stat): the main thread is the one that draws and takes keys.
@@ -233,8 +235,9 @@ FILTER_TITLES = ("events · filter: attempts + evals (f)", "events · filter: to
 """What the event log's title says under each filter but 'all' (workbench.ui.formatting.EVENT_FILTERS)."""
 
 
-def bare_app() -> None:
-    """The baseline: a Textual app whose one label `f` cycles through the same four titles."""
+def bare_app(load: list[str] | None = None) -> None:
+    """The baseline: a Textual app whose one label `f` cycles through the same four titles; with `load` (a folder,
+    the tuner's workers), the headless tuner started first from this process (start_load), and stopped after."""
     from textual.app import App, ComposeResult
     from textual.widgets import Static
 
@@ -249,7 +252,16 @@ def bare_app() -> None:
             self.i = (self.i + 1) % 4
             self.query_one(Static).update(("events", *FILTER_TITLES)[self.i])
 
-    Bare().run()
+    running = None
+    if load:
+        folder = Path(load[0])
+        env, run, _ = tmux_setup(folder, int(load[1]), "unused.sock")
+        running = start_load(folder, env, run)
+    try:
+        Bare().run()
+    finally:
+        if running is not None:
+            stop_load(running)
 
 
 def title_of(screen: str) -> str:
@@ -293,10 +305,11 @@ def tmux_setup(folder: Path, workers: int, socket: str = "tmux.sock") -> tuple[d
 
 
 def start_load(folder: Path, env: dict[str, str], run: list[str]) -> subprocess.Popen:
-    """A headless run of the same tuner beside the bare app (the same load), returned once both slots evaluate."""
+    """A headless run of the same tuner beside the bare app (the same load), in this process's session and a process
+    group of its own, returned once both slots evaluate."""
     load = subprocess.Popen([sys.executable, "-m", "workbench", *run, "--headless", "--sessions-dir",
                              str(folder / "load")], cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, process_group=0)
     assert load.stdout is not None
     load.stdout.readline()  # the session id
     load.stdout.readline()  # the first result: both slots are evaluating by now
@@ -322,19 +335,14 @@ def tmux_round(folder: Path, workers: int, presses: int, rng: random.Random) -> 
         tmux.start("wb", env, *run, "--sessions-dir", str(folder / "s1"))
         tmux.wait("wb", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
         ours = press_latencies(tmux, "wb", presses, rng)
-        pids = descendants(tmux.pid("wb"))
-        tmux("kill-session", "-t", "wb")
-        kill(pids)
-
-        load = start_load(folder, env, run)
-        try:
-            flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
-            tmux("new-session", "-d", "-s", "bare", "-x", "120", "-y", "40", "-c", str(REPO), *flags,
-                 sys.executable, str(Path(__file__).resolve()), "--bare-app")
-            tmux.wait("bare", lambda s: "events" in s, 60, "the bare app")
-            bare = press_latencies(tmux, "bare", presses, rng)
-        finally:
-            stop_load(load)
+        kill(descendants(tmux.pid("wb")))
+        flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
+        tmux("new-session", "-d", "-s", "bare", "-x", "120", "-y", "40", "-c", str(REPO), *flags,
+             sys.executable, str(Path(__file__).resolve()), "--bare-app", str(folder), str(workers))
+        tmux("kill-session", "-t", "wb")  # after the new session: the server would exit with its last session
+        tmux.wait("bare", lambda s: "events" in s, 240, "the bare app and its tuner evaluating")
+        bare = press_latencies(tmux, "bare", presses, rng)
+        kill(descendants(tmux.pid("bare")))
     finally:
         tmux("kill-server", check=False)
     return ours, bare
@@ -414,10 +422,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="with --tmux-cpu: how long to measure")
     parser.add_argument("--workers", type=int, default=2, help="with --tmux: the tuner's evaluation slots")
     parser.add_argument("--rounds", type=int, default=2, help="with --tmux: rounds of both measurements")
-    parser.add_argument("--bare-app", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-app", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.bare_app:
-        bare_app()
+    if args.bare_app is not None:
+        bare_app(args.bare_app)
         return
     print(f"machine: {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
           f"{platform.platform()}")
