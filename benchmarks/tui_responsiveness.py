@@ -22,8 +22,8 @@ Run: PYTHONPATH=. python benchmarks/tui_responsiveness.py [--events 100000] [--r
 `tmux capture-pane` shows the log's new title. The same is measured for a bare Textual app (one label that `f`
 changes) while a headless run of the same tuner with the same --workers loads the machine the same way: the bare app
 starts that run itself, so its evaluation processes are in the bare app's session as the TUI's are in the TUI's
-(which matters to the scheduler: workbench.evaluator.priority). Rounds alternate the two, so a change in the machine's
-other load falls on both.
+(which matters once their priorities differ: Linux weighs nice values within a session's autogroup). Rounds
+alternate the two, so a change in the machine's other load falls on both.
 
 --tmux-cpu: the same TUI run in tmux, and the CPU each of its threads used over --seconds once the tuner evaluates
 (from /proc/PID/task/*/stat): the main thread is the one that draws and takes keys.
