@@ -83,7 +83,9 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # "auto": device for eager calls, host for calls being captured into a graph (plan.graph_twin). H200, M1, same run
 # (benchmarks/mla_host.py, 2026-12-01, lease 1): eager host us per call device 22.3 / host 28.1, GPU us per call
 # 14.55 / 12.85 (building descriptors in the kernel puts 1.3-3.4 us on every program's critical path, M1-M5), hence
-# "auto" ships: graphs keep the host descriptors' GPU time, eager calls the device descriptors' launch.
+# "auto" ships: graphs keep the host descriptors' GPU time, eager calls the device descriptors' launch. Its costs:
+# the evaluator's gated eager timing (GPU time only) reads M1 19.8 against 17.8 us, geomean 2.14x against 2.25x, and a
+# cold evaluation compiles stage 1 in both modes (compile phase 57 against 29 s); DESC "host" avoids both.
 # Paged caches: the Gluon stage 1 reads a 64-row tile per page lookup (page size a multiple of BLOCK_N), at the
 # contiguous cache's speed (M5 = M3 paged by 64: 85.4 against 84.6 us graphed); page size 1 takes the tl stage 1,
 # which gathers rows through pointers (M6: 162.2 us, FlashInfer's fa3 94.3).
