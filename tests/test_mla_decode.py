@@ -494,6 +494,33 @@ def test_graph_captures_take_host_descriptors_under_desc_auto(monkeypatch):
     assert OURS._scratch(eager, True) is not OURS._scratch(eager, False) is OURS._scratch(eager, False)
 
 
+def test_global_scratch_is_one_buffer_per_device_and_stream(monkeypatch):
+    """The allocator hook keeps one buffer per (device, stream), grown on demand; the default stream's handle is 0
+    on every GPU, so two devices must not share it; a launch being captured gets a fresh buffer every time."""
+    made = []
+
+    def empty(size, dtype, device):
+        made.append((size, device))
+        return torch.zeros(size, dtype=dtype)
+
+    device = [0]
+    capturing = [False]
+    monkeypatch.setattr(OURS, "_GLOBAL_SCRATCH", {})
+    monkeypatch.setattr(OURS.torch, "empty", empty)
+    monkeypatch.setattr(OURS.torch.cuda, "current_device", lambda: device[0])
+    monkeypatch.setattr(OURS.torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    first = OURS._global_scratch(384, 128, 0)
+    assert OURS._global_scratch(256, 128, 0) is first and made == [(1 << 16, torch.device("cuda", 0))]
+    device[0] = 1
+    other = OURS._global_scratch(384, 128, 0)
+    assert other is not first and made[-1] == (1 << 16, torch.device("cuda", 1))
+    assert OURS._global_scratch(384, 128, 7) is not other  # another stream of device 1
+    grown = OURS._global_scratch(1 << 17, 128, 0)
+    assert grown is not other and grown.numel() == 1 << 17
+    capturing[0] = True
+    assert OURS._global_scratch(384, 128, 0) is not OURS._global_scratch(384, 128, 0)
+
+
 def test_warm_gluon_calls_with_device_descriptors_pass_plain_addresses(monkeypatch):
     """DESC "device": the Gluon kernel builds its own descriptors, so a warm call passes q, the cache and the
     partials as addresses with the rows the kernel's descriptors span, builds no descriptor on the host, and puts

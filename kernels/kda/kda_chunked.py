@@ -28,7 +28,7 @@ dependent step needs a layout change, are inverted in fp32 (forward substitution
 at once, and two 8x8x8 products for each corner) and merged with four tf32 products, and W = M diag(beta) Gamma K
 overwrites the parked values while U = M diag(beta) V is written. The scan reads the intermediates once per
 V-block and writes o and the final state, so no per-chunk state goes to memory. Two launches in all, against
-FLA's six. Three layout knobs (far_split, prep_split, prep_order; TUNABLES) rearrange the preparation into more
+FLA's six. Three layout knobs (far_split, prep_split, prep_order; CONFIG) rearrange the preparation into more
 launches or another grid order without changing a rounding.
 """
 

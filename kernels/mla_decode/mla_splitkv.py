@@ -1090,15 +1090,20 @@ def _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits: int, config, 
         plan = _PLANS[key] = _make_plan(q, kv_cache, cache_seqlens, block_table, num_splits, 0, config)
     if capturing and plan.gluon and plan.cfg["DESC"] == "auto":
         if plan.graph_twin is None:
-            plan.graph_twin = dataclasses.replace(plan, cfg={**plan.cfg, "DESC": "host"}, compiled={},
-                                                  descriptors={}, scratch=None, runners={}, constants={})
+            plan.graph_twin = _variant(plan, cfg={**plan.cfg, "DESC": "host"})
         plan = plan.graph_twin
     if plan.fused and _sync_words(plan.device) is None:
         if plan.fallback is None:
-            plan.fallback = dataclasses.replace(plan, fused=False, merge_step=(1, 1, 1), compiled={}, descriptors={},
-                                                scratch=None, runners={}, constants={})
+            plan.fallback = _variant(plan, fused=False, merge_step=(1, 1, 1))
         return plan.fallback
     return plan
+
+
+def _variant(plan: _Plan, **changes) -> _Plan:
+    """A plan for the same inputs with `changes`, and none of the kernels, descriptors, buffers or arguments the
+    original has kept (they belong to its own launches)."""
+    return dataclasses.replace(plan, compiled={}, descriptors={}, scratch=None, runners={}, constants={},
+                               fallback=None, graph_twin=None, **changes)
 
 
 def _descriptors(plan: _Plan, q, kv_cache, out, base) -> tuple:
@@ -1125,8 +1130,8 @@ def _descriptors(plan: _Plan, q, kv_cache, out, base) -> tuple:
 def _descriptor_set(plan: _Plan, q, kv_cache, out) -> tuple:
     """The call's descriptors. A caching plan keeps them per address, over _Address bases (building one costs
     several us of Python); otherwise (the interpreter, which reads through the base, or LAUNCH "jit") they are
-    built over views of the tensors themselves for this call only. With DESC "device" the Gluon kernel builds its
-    own, and gets q, the cache and o (or the partials) themselves."""
+    built over views of the tensors themselves for this call only. Where the Gluon kernel builds its own
+    (plan.device_desc), it gets q, the cache and o (or the partials) themselves."""
     if plan.device_desc:
         return q, kv_cache, out
     if not plan.cached:
@@ -1256,6 +1261,7 @@ def _scratch(plan: _Plan, capturing: bool) -> torch.Tensor:
 
 
 _GLOBAL_SCRATCH: dict = {}
+"""(device index, stream handle) -> the global-scratch buffer of that stream's eager launches."""
 
 
 def _global_scratch(size: int, alignment: int, stream):
@@ -1265,9 +1271,12 @@ def _global_scratch(size: int, alignment: int, stream):
     own from the graph's pool, as _scratch does. Any other Triton kernel in the process gets the same service."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, dtype=torch.uint8, device="cuda")
-    buffer = _GLOBAL_SCRATCH.get(stream)
+    # Stream handles are per device, and the default stream is 0 on every device.
+    key = (torch.cuda.current_device(), stream)
+    buffer = _GLOBAL_SCRATCH.get(key)
     if buffer is None or buffer.numel() < size:
-        buffer = _GLOBAL_SCRATCH[stream] = torch.empty(max(size, 1 << 16), dtype=torch.uint8, device="cuda")
+        buffer = _GLOBAL_SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.uint8,
+                                                    device=torch.device("cuda", key[0]))
     return buffer
 
 
@@ -1306,7 +1315,8 @@ def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: 
 
     Shapes decide everything (the plan, cached per key), so a call is one or two launches, needs no host sync and
     captures into a CUDA graph. From a plan's second call on, its launches use the compiled kernels' handles with
-    plain addresses and cached descriptors: at B=1 the GPU work is ~14 us, so host time per call is the eager cost.
+    plain addresses (descriptors built in the kernel, or cached ones inside a graph capture; DESC): at B=1 the GPU
+    work is ~14 us, so host time per call is the eager cost.
     """
     capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
     addresses = (q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr())
