@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 from rich.text import Text
+from textual.geometry import Region
 from textual.message import Message
+from textual.scrollbar import ScrollBarRender
 from textual.messages import Layout
 from textual.widgets import DataTable, Sparkline, TextArea
 
@@ -19,9 +21,9 @@ from workbench.journal import Event
 from workbench.ui.formatting import EVENT_FILTERS, next_filter, passes
 from workbench.ui.messages import JournalEvent
 from workbench.ui.screens.events import EventDetailScreen, EventListScreen, detail_text
-from workbench.ui.screens.live import FLUSH_INTERVAL, PANES_INTERVAL, LiveScreen
+from workbench.ui.screens.live import FLUSH_INTERVAL, PANE_GROUPS, PANES_INTERVAL, LiveScreen
 from workbench.ui.widgets.diff_view import DiffView
-from workbench.ui.widgets.event_log import EventHighlighter, EventLog
+from workbench.ui.widgets.event_log import EventHighlighter, EventLog, LogScrollBar, thumb_eighths
 from workbench.ui.widgets.kernel_view import KernelView
 from workbench.ui.widgets.metrics_bar import MetricsBar
 from workbench.ui.widgets.profiler_table import ProfilerTable, kernel_rows, ncu_metrics
@@ -128,11 +130,11 @@ async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch
     """
     redrawn: list[bool] = []
     in_key = [False]
-    refresh_panes, cycle_filter = LiveScreen.refresh_panes, LiveScreen.action_cycle_filter
+    draw, cycle_filter = LiveScreen._draw, LiveScreen.action_cycle_filter
 
-    def counting(self: LiveScreen) -> None:
+    def counting(self: LiveScreen, group: str) -> None:
         redrawn.append(in_key[0])
-        refresh_panes(self)
+        draw(self, group)
 
     def key(self: LiveScreen) -> None:
         in_key[0] = True
@@ -141,7 +143,7 @@ async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch
         finally:
             in_key[0] = False
 
-    monkeypatch.setattr(LiveScreen, "refresh_panes", counting)
+    monkeypatch.setattr(LiveScreen, "_draw", counting)
     monkeypatch.setattr(LiveScreen, "action_cycle_filter", key)
     messages: list[Message] = []
     app, runtime = make_live_app()
@@ -171,42 +173,47 @@ async def test_f_repaints_the_log_alone_with_no_layout_of_the_screen(monkeypatch
         assert not [m for m in messages if isinstance(m, Layout) and m.widget is log], "the log laid out the screen"
 
 
-async def test_under_a_flood_the_log_follows_every_tick_and_the_other_panes_at_most_twice_a_second(
+async def test_under_a_flood_the_log_follows_every_tick_and_each_pane_group_at_most_twice_a_second(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A busy run (several attempts a second) redraws the heavy panes on the tick no more often than PANES_INTERVAL,
-    while the log takes each tick's batch; once events stop, the panes catch up on the next allowed tick."""
+    """A busy run (several attempts a second) redraws each group of the other panes on the tick no more often than
+    PANES_INTERVAL and one group a tick at most, while the log takes each tick's batch; once events stop, every group
+    catches up within a few ticks."""
     import asyncio
     import time
 
-    panes: list[float] = []
+    drawn: list[tuple[float, str]] = []
     batches: list[float] = []
-    refresh_panes, write_events = LiveScreen.refresh_panes, EventLog.write_events
+    draw, write_events = LiveScreen._draw, EventLog.write_events
 
-    def counting_panes(self: LiveScreen) -> None:
-        panes.append(time.monotonic())
-        refresh_panes(self)
+    def counting_draws(self: LiveScreen, group: str) -> None:
+        drawn.append((time.monotonic(), group))
+        draw(self, group)
 
     def counting_batches(self: EventLog, events: Any) -> None:
         batches.append(time.monotonic())
         write_events(self, events)
 
-    monkeypatch.setattr(LiveScreen, "refresh_panes", counting_panes)
+    monkeypatch.setattr(LiveScreen, "_draw", counting_draws)
     monkeypatch.setattr(EventLog, "write_events", counting_batches)
     runtime = FloodRuntime(rate=100)
     app, _ = make_live_app(runtime)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        panes.clear()
+        drawn.clear()
         batches.clear()
         await asyncio.sleep(2.0)
-        gaps = [b - a for a, b in zip(panes, panes[1:])]
-        assert len(batches) >= 2 * len(panes) >= 4, (len(batches), len(panes))
-        assert gaps and min(gaps) >= PANES_INTERVAL - 0.01, gaps
+        assert {group for _, group in drawn} == set(PANE_GROUPS), drawn
+        for group in PANE_GROUPS:
+            times = [t for t, g in drawn if g == group]
+            gaps = [b - a for a, b in zip(times, times[1:])]
+            assert gaps and min(gaps) >= PANES_INTERVAL - 0.01, (group, gaps)
+        assert len(batches) >= 6 and len(batches) >= len(drawn) - 1, (len(batches), len(drawn))
+        assert min(b[0] - a[0] for a, b in zip(drawn, drawn[1:])) >= FLUSH_INTERVAL / 2, "one group a tick"
         runtime.rate = 1e-3  # the next event is due in 1,000 s
         await asyncio.sleep(0.1)
         seq = app.state.last_seq
-        await asyncio.sleep(PANES_INTERVAL + 2 * FLUSH_INTERVAL)
-        assert app.state.last_seq == seq and live_screen(app)._panes_stale is False, "the panes caught up"
+        await asyncio.sleep(PANES_INTERVAL + len(PANE_GROUPS) * FLUSH_INTERVAL + 0.1)
+        assert app.state.last_seq == seq and not live_screen(app)._stale, "the panes caught up"
 
 
 async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,6 +243,83 @@ async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyP
         app.theme = next(name for name in app.available_themes if name != app.theme)
         await pilot.pause()
         assert shown <= set(highlighted[before:]), "a new theme renders the lines in its colours"
+
+
+async def test_kept_log_lines_follow_sideways_scrolling_and_the_width() -> None:
+    """A line is kept as the window shows it, so scrolling sideways or a new width shows the line's other cells."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        log = live_screen(app).query_one(EventLog)
+        last = log.line_count - 1 - log.scroll_y
+
+        def shown() -> str:
+            return log.render_line(last).text
+
+        width = log.size.width
+        assert shown() == log.lines[-1][:width].ljust(width)
+        log.scroll_to(x=7, animate=False, immediate=True)
+        await pilot.pause()
+        assert shown() == log.lines[-1][7:7 + width].ljust(width)
+        log.scroll_to(x=0, animate=False, immediate=True)
+        await pilot.resize_terminal(100, 40)
+        await pilot.pause()
+        assert log.size.width < width and shown() == log.lines[-1][:log.size.width].ljust(log.size.width)
+
+
+def test_the_scrollbar_key_tells_apart_every_drawing_textual_makes() -> None:
+    """Two bars with the same thumb key draw the same segments, over sizes, lengths, windows and positions."""
+    drawn: dict[tuple[int, tuple[int, int] | None], list[Any]] = {}
+    for size in (1, 2, 7, 8, 23):
+        for virtual in (0, 1, 5, 8, 9, 33, 500, 5000):
+            for window in [w for w in (0, 1, 8, 9) if w < virtual or w == 0]:  # ScrollBar passes no other window
+                for position in [p / 8 for p in range(0, 8 * max(1, virtual - window) + 1, 3)][:60]:
+                    bar = ScrollBarRender(virtual_size=virtual, window_size=window, position=position)
+                    segments = [(s.text, s.style) for s in ScrollBarRender.render_bar(
+                        size=size, virtual_size=virtual, window_size=window, position=position).segments]
+                    key = (size, thumb_eighths(size, bar))
+                    assert drawn.setdefault(key, segments) == segments, (size, virtual, window, position)
+    assert len(drawn) > 100
+
+
+async def test_the_log_scrollbar_draws_what_a_fresh_one_draws() -> None:
+    """The kept drawings of the log's scrollbar match a new drawing through filter keys, new events, scrolling and a
+    hover; and a press mostly finds its bar drawn already."""
+    app, runtime = make_live_app(FloodRuntime(rate=150.0))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        log = live_screen(app).query_one(EventLog)
+        bar = log.vertical_scrollbar
+        assert isinstance(bar, LogScrollBar) and bar.display
+
+        def check() -> None:
+            crop = Region(0, 0, *bar.size)
+            kept = [(s.text, s.style) for strip in bar.render_lines(crop) for s in strip]
+            bar._drawn.clear()
+            assert kept == [(s.text, s.style) for strip in bar.render_lines(crop) for s in strip]
+
+        for step in range(16):
+            await pilot.press("f")
+            await pilot.pause()
+            check()
+            if step == 5:
+                log.scroll_to(y=log.max_scroll_y // 3, animate=False, immediate=True)
+            if step == 9:
+                bar.mouse_over = True
+                await pilot.pause()
+                check()
+                bar.mouse_over = False
+        runtime.rate = 0.01  # one more event, then none for 100 s: the four views each draw their bar once
+        await pilot.pause(0.3)
+        live_screen(app).flush()
+        for _ in range(4):
+            await pilot.press("f")
+        await pilot.pause()
+        drawn = len(bar._drawn)
+        for _ in range(8):
+            await pilot.press("f")
+            await pilot.pause()
+        assert len(bar._drawn) == drawn, "the views' bars were all drawn and kept"
 
 
 async def test_each_preset_keeps_its_own_newest_lines_and_a_switch_takes_the_pending_events() -> None:

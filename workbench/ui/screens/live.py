@@ -1,11 +1,11 @@
 """LiveScreen: the running session at a glance; redrawn on a tick, never once per event: the log and the status
-line every 0.15 s, the other panes at most twice a second."""
+line every 0.15 s, the other panes in groups, one group a tick, each at most twice a second."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Sequence, cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from workbench.ui.compositor import SparseCompositor
 from workbench.ui.formatting import next_filter, now_from
 from workbench.ui.screens.events import EventListScreen
 from workbench.ui.screens.nudge import NudgeRequest, NudgeScreen
@@ -30,10 +31,13 @@ from workbench.ui.widgets.status_bar import StatusBar
 FLUSH_INTERVAL = 0.15
 """Seconds between UI flushes: fast enough to feel live, slow enough that a burst of events is one redraw."""
 PANES_INTERVAL = 0.5
-"""Least seconds between two redraws of the kernel, evaluation, fleet, profile, memory and metrics panes by the tick.
-A redraw of those is a frame of 10-25 ms on a 2-core box that evaluates on both cores (the kernel's highlighting, the
-tables' cells); at the tuner's pace of several attempts a second, redrawing them on every tick kept the main thread
-busy enough that a key often waited for such a frame. Twice a second still follows every evaluation."""
+"""Least seconds between two redraws of one group of PANE_GROUPS by the tick. A redraw of all of them is a frame of
+10-25 ms on a 2-core box that evaluates on both cores (the kernel's highlighting, the tables' cells); at the tuner's
+pace of several attempts a second, redrawing them on every tick kept the main thread busy enough that a key often
+waited for such a frame. Twice a second still follows every evaluation."""
+PANE_GROUPS = ("kernel", "evaluation", "side")
+"""The panes other than the log and the status line, in the groups the tick redraws in turn, one a tick: the kernel
+pane, the evaluation table, and the rest of the side column with the metrics line (fleet, profile, memory)."""
 
 
 class LiveScreen(Screen[None]):
@@ -42,17 +46,19 @@ class LiveScreen(Screen[None]):
     CSS_PATH = "live.tcss"
 
     BINDINGS = [
-        Binding("n", "nudge", "Nudge", id="nudge",
+        # Priority: Textual finds these on its first pass over the bindings instead of offering the key to the focused
+        # widget and its ancestors first. Nothing on this screen takes typed text (the kernel pane is read-only).
+        Binding("n", "nudge", "Nudge", id="nudge", priority=True,
                 tooltip="Send the agent a hint; it reads it at the next step boundary"),
-        Binding("p", "toggle_pause", "Pause/Resume", id="pause",
+        Binding("p", "toggle_pause", "Pause/Resume", id="pause", priority=True,
                 tooltip="Pause the agent at the next step boundary, or resume it"),
-        Binding("r", "profile", "Profile", id="profile",
+        Binding("r", "profile", "Profile", id="profile", priority=True,
                 tooltip="Ask the agent to profile the current attempt at the next step boundary"),
-        Binding("d", "cycle_kernel_view", "Diff", id="kernel.diff",
+        Binding("d", "cycle_kernel_view", "Diff", id="kernel.diff", priority=True,
                 tooltip="Kernel pane: source, diff against the parent, diff against the best"),
-        Binding("f", "cycle_filter", "Filter", id="events.filter",
+        Binding("f", "cycle_filter", "Filter", id="events.filter", priority=True,
                 tooltip="Event log: all, attempts and evaluations, tools, nudges and errors"),
-        Binding("l", "list_events", "Events", id="events.list",
+        Binding("l", "list_events", "Events", id="events.list", priority=True,
                 tooltip="List the recent events and open any of them whole"),
     ]
 
@@ -90,12 +96,15 @@ class LiveScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        self._compositor = SparseCompositor()
         self._fleet_seen = 0
         """The app's fleet_seen when the fleet pane was last drawn."""
-        self._panes_stale = False
-        """Events reached the log that the other panes have not been redrawn for yet."""
-        self._panes_drawn = 0.0
-        """When the tick last redrew the other panes (time.monotonic)."""
+        self._stale: set[str] = set()
+        """The groups of PANE_GROUPS that events (or a fleet change) reached and that have not been redrawn since."""
+        self._drawn_at = dict.fromkeys(PANE_GROUPS, 0.0)
+        """When the tick last redrew each group (time.monotonic)."""
+        self._last_group = PANE_GROUPS[-1]
+        """The group the tick drew last: the next tick looks at the ones after it first."""
 
     def on_mount(self) -> None:
         self.refresh_panes()
@@ -103,29 +112,33 @@ class LiveScreen(Screen[None]):
         self.set_interval(FLUSH_INTERVAL, self.tick)
 
     def tick(self) -> None:
-        """The timer's flush: the log and the status line each time, the other panes once PANES_INTERVAL has passed."""
-        now = time.monotonic()
-        panes = now - self._panes_drawn >= PANES_INTERVAL
-        if self.flush(panes=panes):
-            self._panes_drawn = now
+        """The timer's flush: the log and the status line each time, and at most one group of the other panes, the
+        next stale one (in turn) whose last draw is PANES_INTERVAL old.
 
-    def flush(self, *, panes: bool = True) -> bool:
-        """Write every event that arrived since the last flush in one batch, then redraw what changed (the panes
-        other than the log and the status line only when `panes`); True if those panes were redrawn."""
-        drawn = False
+        One group a tick, so the main thread, which also takes the keys, never spends one tick and one frame on every
+        pane at once: that was 20-30 ms of CPU a time at the tuner's pace, which a key pressed meanwhile waited for.
+        """
+        now = time.monotonic()
+        start = PANE_GROUPS.index(self._last_group) + 1
+        for group in PANE_GROUPS[start:] + PANE_GROUPS[:start]:
+            if group in self._stale and now - self._drawn_at[group] >= PANES_INTERVAL:
+                self.flush(panes=(group,))
+                self._drawn_at[group], self._last_group = now, group
+                return
+        self.flush(panes=())
+
+    def flush(self, *, panes: Sequence[str] = PANE_GROUPS) -> None:
+        """Write every event that arrived since the last flush in one batch, then redraw the stale groups of `panes`
+        (PANE_GROUPS; all of them unless told) and the status line."""
         with self.app.batch_update():
             self.drain_log()
-            if panes and self._panes_stale:
-                self.refresh_panes()
-                drawn = True
-            elif panes and self.workbench.fleet_seen != self._fleet_seen:
-                self.query_one(FleetPanel).show(self.workbench.state, self.workbench.fleet)
-                drawn = True
-            if drawn:
-                self._panes_stale = False
-                self._fleet_seen = self.workbench.fleet_seen
-            self.refresh_status(metrics=panes)
-        return drawn
+            if self.workbench.fleet_seen != self._fleet_seen:
+                self._stale.add("side")
+            for group in panes:
+                if group in self._stale:
+                    self._stale.discard(group)
+                    self._draw(group)
+            self.refresh_status(metrics="side" in panes)
 
     def drain_log(self) -> None:
         """Write the events received since the last look to the log only; the other panes follow on the tick.
@@ -137,27 +150,38 @@ class LiveScreen(Screen[None]):
             self.query_one(EventLog).write_events(events)
 
     def _take_pending(self) -> list[dict[str, Any]]:
-        """The events received since the last look; the other panes are stale once there are any."""
+        """The events received since the last look; every pane group is stale once there are any."""
         events = self.workbench.take_pending()
         if events:
-            self._panes_stale = True
+            self._stale.update(PANE_GROUPS)
         return events
 
     def refresh_panes(self) -> None:
-        """Bring kernel, evaluation, profile and memory panes up to the app's state; each skips work if unchanged."""
+        """Bring every pane but the log and the status line up to the app's state; each skips work if unchanged."""
+        for group in PANE_GROUPS:
+            self._stale.discard(group)
+            self._draw(group)
+
+    def _draw(self, group: str) -> None:
+        """Bring one group of PANE_GROUPS up to the app's state."""
         app = self.workbench
         state = app.state
-        current = state.current
-        self.query_one(KernelView).show(current, best=state.best, attempts=state.attempts, evaluating=current is not None
-                                        and any(job.get("attempt") == current.n for job in state.jobs.values()))
-        self.query_one(EvalTable).show(state)
-        self.query_one(FleetPanel).show(state, app.fleet)
-        self.query_one(ProfilerTable).show(app.current_profile(), app.best_profile())
-        self.query_one(MemoryPanel).show(state)
+        if group == "kernel":
+            current = state.current
+            self.query_one(KernelView).show(current, best=state.best, attempts=state.attempts,
+                                            evaluating=current is not None
+                                            and any(job.get("attempt") == current.n for job in state.jobs.values()))
+        elif group == "evaluation":
+            self.query_one(EvalTable).show(state)
+        else:
+            self.query_one(FleetPanel).show(state, app.fleet)
+            self._fleet_seen = app.fleet_seen
+            self.query_one(ProfilerTable).show(app.current_profile(), app.best_profile())
+            self.query_one(MemoryPanel).show(state)
 
     def refresh_status(self, *, metrics: bool = True) -> None:
         """Redraw the status line (once per tick: the clock moves even when no event arrives), and the metrics line
-        with it unless `metrics` is False (the tick draws that with the other panes)."""
+        with it unless `metrics` is False (the tick draws that with the side group of PANE_GROUPS)."""
         app = self.workbench
         self.query_one(StatusBar).show(
             app.state, run_state=app.run_state, mode=app.mode, now=now_from(app.settings.frozen_clock)

@@ -6,13 +6,14 @@ from typing import Mapping, Sequence
 
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 
 def sync_rows(table: DataTable[Text], rows: Mapping[str, Sequence[Text]], columns: Sequence[str]) -> None:
     """Make `table` hold exactly `rows` (row key -> cells in `columns` order), touching only what changed.
 
     Call it inside app.batch_update() and sort once afterwards; the table is never cleared, so the cursor and
-    scroll position survive an update.
+    scroll position survive an update. Columns grow to fit longer values and never shrink back.
     """
     for row_key in list(table.rows):
         if row_key.value not in rows:
@@ -23,7 +24,10 @@ def sync_rows(table: DataTable[Text], rows: Mapping[str, Sequence[Text]], column
             for column, cell in zip(columns, cells):
                 if table.get_cell(key, column) == cell:
                     continue  # each update repaints the table: an unchanged cell costs a frame for nothing
-                # update_width: a longer value widens its column (on idle) instead of being clipped
-                table.update_cell(key, column, cell, update_width=True)
+                # A longer value widens its column (on idle) instead of being clipped; a shorter one leaves it as it
+                # is. A column that followed its values narrowed and widened again between evaluations, and every
+                # change of the table's width laid the whole screen out again (5-7 ms a frame on the live screen).
+                wider = cell.cell_len > table.columns[ColumnKey(column)].content_width
+                table.update_cell(key, column, cell, update_width=wider)
         else:
             table.add_row(*cells, key=key)
