@@ -1,16 +1,19 @@
 """Where a key's time to the screen goes: `f` in the workbench TUI (tuner on N CPU slots) and in the bare Textual app
 (a headless tuner beside it), each stage timestamped on the machine's monotonic clock.
 
-Run: PYTHONPATH=. python benchmarks/tui_key_stages.py [--workers 2] [--presses 40]
+Run: PYTHONPATH=. python benchmarks/tui_key_stages.py [--workers 2] [--presses 40] [--json FILE]
 
 The app under test runs in a private tmux through this file's --probe mode, which patches Textual (white-box on
 purpose: Textual has no hooks for these) to log, for each `f`:
   in       the input thread has parsed the key;
   action   LiveScreen.action_cycle_filter starts and ends (the workbench only);
-  frame    the screen's update timer has rendered the frame that shows it (the first after the action): its wall
-           time, its thread CPU time and the main thread's involuntary context switches meanwhile (a preempted
-           frame takes longer than its CPU);
+  resume   the screen's update timer is resumed for the key's repaint;
+  start    the frame that shows it (the first after the action) starts rendering;
+  frame    that frame is rendered: its wall time, its thread CPU time and the main thread's involuntary context
+           switches meanwhile (a preempted frame takes longer than its CPU);
   written  the output thread has written and flushed the frame.
+Every other frame drawn meanwhile (the tick's and the panes') is logged with its wall time: a key pressed while one
+is drawn waits for it, and then for Textual's next frame step. --json keeps every press's stages and those frames.
 The driver logs when it sends the key with `tmux send-keys` and when `tmux capture-pane` first shows the new title
 (as benchmarks/tui_responsiveness.py --tmux measures key-to-paint). Medians are of ms since the send.
 """
@@ -18,6 +21,7 @@ The driver logs when it sends the key with `tmux send-keys` and when `tmux captu
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -66,11 +70,22 @@ def probe(log_path: str, argv: list[str]) -> None:
     timer_update = Screen._on_timer_update
 
     def frame(self):  # type: ignore[no-untyped-def]
-        if not pending[0]:
-            return timer_update(self)
         wall, cpu, preempted = now_ms(), time.thread_time(), switches()
+        keyed_frame = pending[0]
+        if keyed_frame:
+            mark("start")
         timer_update(self)
-        mark(f"frame {now_ms() - wall:.3f} {(time.thread_time() - cpu) * 1000:.3f} {switches() - preempted}")
+        what = "frame" if keyed_frame else "other"
+        mark(f"{what} {now_ms() - wall:.3f} {(time.thread_time() - cpu) * 1000:.3f} {switches() - preempted}")
+
+    from textual.timer import Timer
+
+    timer_resume = Timer.resume
+
+    def resume(self):  # type: ignore[no-untyped-def]
+        if pending[0] and self.name == "screen_update" and not self._active.is_set():
+            mark("resume")
+        return timer_resume(self)
 
     def write_loop(self):  # type: ignore[no-untyped-def]
         write, flush, get, size = self._file.write, self._file.flush, self._queue.get, self._queue.qsize
@@ -85,6 +100,7 @@ def probe(log_path: str, argv: list[str]) -> None:
 
     linux_driver.LinuxDriver.process_message = keyed
     Screen._on_timer_update = frame
+    Timer.resume = resume
     _writer_thread.WriterThread.run = write_loop
     if bare:
         sys.path.insert(0, str(REPO / "benchmarks"))
@@ -109,8 +125,9 @@ def probe(log_path: str, argv: list[str]) -> None:
     runpy.run_module("workbench", run_name="__main__")
 
 
-def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[str, float]]:
-    """Press f `presses` times in `which` ('workbench' or 'bare') and return each press's stages."""
+def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[dict[str, float]], list[float]]:
+    """Press f `presses` times in `which` ('workbench' or 'bare'); each press's stages, and the wall ms of every other
+    frame drawn meanwhile."""
     from tui_responsiveness import press_latencies, tmux_setup
 
     env, run, tmux = tmux_setup(folder, workers, f"{which}.sock")
@@ -140,9 +157,13 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[s
     marks = sorted(driver_marks + [(float(t), rest) for t, _, rest in
                                    (line.partition(" ") for line in log_path.read_text().splitlines())])
     out: list[dict[str, float]] = []
+    others: list[float] = []
     for t, what in marks:
         name, *values = what.split()
-        if name == "send":
+        if name == "other":
+            if out:  # drawn after the first press: the start-up's frames are not the load's
+                others.append(float(values[0]))
+        elif name == "send":
             out.append({"send": t})
         elif out and name not in out[-1]:
             out[-1][name] = t - out[-1]["send"]
@@ -151,24 +172,32 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> list[dict[s
             if name == "frame":
                 out[-1].update(frame_wall=float(values[0]), frame_cpu=float(values[1]),
                                preempted=float(values[2]))
-    return out
+            if name == "start" and "action1" in out[-1]:
+                out[-1]["wait"] = out[-1]["start"] - out[-1]["action1"]
+    return out, others
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--presses", type=int, default=40)
+    parser.add_argument("--json", type=Path, help="also write every press's stages and the other frames here")
     parser.add_argument("--probe", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
         probe(args.probe[0], args.probe[1:])
         return
-    rows = ("in", "action0", "action1", "frame", "written", "seen", "action_ms", "frame_wall", "frame_cpu",
-            "preempted")
-    """Stages as ms after the send ('frame' is when the frame's render ends), then the action's and the frame's own
-    ms and the frame's involuntary context switches."""
+    rows = ("in", "action0", "action1", "resume", "start", "frame", "written", "seen", "action_ms", "wait",
+            "frame_wall", "frame_cpu", "preempted")
+    """Stages as ms after the send ('resume': the screen's update timer is resumed for the key's repaint; 'start' and
+    'frame': that frame's render starts and ends), then the action's own ms, the ms from its end to its frame's start,
+    the frame's own ms and its involuntary context switches."""
     with tempfile.TemporaryDirectory() as tmp:
-        results = {which: measure(which, args.workers, args.presses, Path(tmp)) for which in ("workbench", "bare")}
+        measured = {which: measure(which, args.workers, args.presses, Path(tmp)) for which in ("workbench", "bare")}
+    results = {which: presses for which, (presses, _) in measured.items()}
+    if args.json:
+        args.json.write_text(json.dumps({which: {"presses": presses, "other_frames_ms": others}
+                                         for which, (presses, others) in measured.items()}, indent=1))
     print(f"| stage (median ms after tmux send-keys; {args.presses} presses, tuner on {args.workers} CPU slots) | "
           "workbench TUI | bare app |")
     print("|---|---|---|")
@@ -178,6 +207,12 @@ def main() -> None:
             values = [press[row] for press in results[which] if row in press]
             cells.append(f"{statistics.median(values):.2f}" if values else "")
         print(f"| {row} | {' | '.join(cells)} |")
+    waits = [press["wait"] for press in results["workbench"] if "wait" in press]
+    print(f"| keys whose frame waited over 2 ms after the action | {sum(w > 2 for w in waits)} of {len(waits)} | |")
+    seconds = {which: (presses[-1]["send"] - presses[0]["send"]) / 1000 for which, presses in results.items()}
+    cells = [f"{len(others) / seconds[which]:.1f} a second, median {statistics.median(others or [0]):.2f} ms"
+             for which, (_, others) in measured.items()]
+    print(f"| other frames drawn meanwhile | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

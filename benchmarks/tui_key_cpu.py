@@ -1,0 +1,110 @@
+"""Main-thread CPU of the live screen's work, in process and headless (no terminal, no load): what a key costs from
+the Key event to the end of its frame, and what the flush tick's frame costs, against a bare Textual app's key.
+
+Run: PYTHONPATH=. python benchmarks/tui_key_cpu.py [--presses 300]
+
+Thread CPU, so it is not the key-to-paint (benchmarks/tui_responsiveness.py --tmux measures that in a real terminal
+under load), but it is the work that decides how long a frame holds the main thread and how often a busy box
+preempts it, and it moves little from run to run. The live screen is the softmax fixture's (FakeRuntime, no new
+events); the key is `f`, posted as the input thread posts it; the tick's frame repaints the log and the status clock.
+Medians and quartiles of ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from textual import events  # noqa: E402
+from textual.app import App, ComposeResult  # noqa: E402
+from textual.screen import Screen  # noqa: E402
+from textual.widgets import Static  # noqa: E402
+
+from tests.snapshot_apps.live_app import make_live_app, settle, utc_clock  # noqa: E402
+
+
+class Frames:
+    """Screen._on_timer_update wrapped: `mark()` arms it, and the next frame's end is timed from the mark."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.start = 0.0
+        self.samples: list[float] = []
+        update = Screen._on_timer_update
+
+        def timed(screen: Screen[Any]) -> None:
+            update(screen)
+            if self.armed:
+                self.armed = False
+                self.samples.append((time.thread_time() - self.start) * 1000)
+
+        Screen._on_timer_update = timed  # type: ignore[method-assign]
+
+    def mark(self) -> None:
+        self.armed, self.start = True, time.thread_time()
+
+    async def each(self, presses: int, act: Callable[[], object]) -> list[float]:
+        """ms of main-thread CPU from `act()` to the end of the frame it causes, `presses` times."""
+        self.samples = []
+        for _ in range(presses):
+            await asyncio.sleep(0.02)
+            self.mark()
+            act()
+            while self.armed:
+                await asyncio.sleep(0.0005)
+        return self.samples
+
+
+class Bare(App[None]):
+    BINDINGS = [("f", "next", "next")]
+
+    def compose(self) -> ComposeResult:
+        self.i = 0
+        yield Static("events", id="label")
+
+    def action_next(self) -> None:
+        self.i = (self.i + 1) % 4
+        self.query_one(Static).update(("events", "attempts", "tools", "nudges")[self.i])
+
+
+async def measure(presses: int) -> dict[str, list[float]]:
+    frames = Frames()
+    out: dict[str, list[float]] = {}
+    app, runtime = make_live_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, runtime)
+        screen = app.screen
+        out["workbench: f, Key event to the end of its frame"] = await frames.each(
+            presses, lambda: app.post_message(events.Key("f", "f")))
+        out["workbench: the flush tick's frame (log and status clock)"] = await frames.each(
+            presses, lambda: (screen.query_one("EventLog").refresh(), screen.query_one("#clock").refresh()))
+    bare = Bare()
+    async with bare.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        out["bare app: f, Key event to the end of its frame"] = await frames.each(
+            presses, lambda: bare.post_message(events.Key("f", "f")))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presses", type=int, default=300)
+    args = parser.parse_args()
+    with utc_clock():
+        results = asyncio.run(measure(args.presses))
+    print("| main-thread CPU, headless | median | p25 | p75 |")
+    print("|---|---|---|---|")
+    for name, samples in results.items():
+        q1, q2, q3 = statistics.quantiles(samples, n=4)
+        print(f"| {name} | {q2:.2f} ms | {q1:.2f} ms | {q3:.2f} ms |")
+
+
+if __name__ == "__main__":
+    main()
