@@ -45,7 +45,7 @@ async def test_partial_updates_write_what_textual_writes() -> None:
         screen_region = Region(0, 0, *SIZE)
         log, status = screen.query_one(EventLog).region, screen.query_one(StatusBar).region
         cases = [[log], [status, log], [screen_region], [Region(0, 0, 1, 1)], [Region(119, 39, 1, 1)]]
-        for _ in range(40):  # whole widgets, several at once, and arbitrary rectangles across widgets
+        for _ in range(20):  # whole widgets, several at once, and arbitrary rectangles across widgets
             pieces = rng.sample(widget_regions(screen), rng.randint(1, 4))
             x, y = rng.randrange(SIZE[0]), rng.randrange(SIZE[1])
             pieces.append(Region(x, y, rng.randint(1, SIZE[0] - x), rng.randint(1, SIZE[1] - y)))
