@@ -23,11 +23,10 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from textual import events  # noqa: E402
-from textual.app import App, ComposeResult  # noqa: E402
 from textual.screen import Screen  # noqa: E402
-from textual.widgets import Static  # noqa: E402
 
 from tests.snapshot_apps.live_app import make_live_app, settle, utc_clock  # noqa: E402
+from tui_responsiveness import BareApp  # noqa: E402
 
 
 class Frames:
@@ -62,18 +61,6 @@ class Frames:
         return self.samples
 
 
-class Bare(App[None]):
-    BINDINGS = [("f", "next", "next")]
-
-    def compose(self) -> ComposeResult:
-        self.i = 0
-        yield Static("events", id="label")
-
-    def action_next(self) -> None:
-        self.i = (self.i + 1) % 4
-        self.query_one(Static).update(("events", "attempts", "tools", "nudges")[self.i])
-
-
 async def measure(presses: int) -> dict[str, list[float]]:
     frames = Frames()
     out: dict[str, list[float]] = {}
@@ -85,7 +72,7 @@ async def measure(presses: int) -> dict[str, list[float]]:
             presses, lambda: app.post_message(events.Key("f", "f")))
         out["workbench: the flush tick's frame (log and status clock)"] = await frames.each(
             presses, lambda: (screen.query_one("EventLog").refresh(), screen.query_one("#clock").refresh()))
-    bare = Bare()
+    bare = BareApp()
     async with bare.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         out["bare app: f, Key event to the end of its frame"] = await frames.each(

@@ -39,6 +39,9 @@ def now_ms() -> float:
 def probe(log_path: str, argv: list[str]) -> None:
     """Run the workbench CLI (or the bare app and its load for ['--bare', FOLDER, WORKERS]) with Textual patched to
     log each f's stages."""
+    bare = argv[:1] == ["--bare"]
+    if not bare:
+        import workbench.ui  # noqa: F401 - before textual, as the CLI imports it, so its frame cap applies
     from textual import events
     from textual.drivers import _writer_thread, linux_driver
     from textual.screen import Screen
@@ -48,7 +51,6 @@ def probe(log_path: str, argv: list[str]) -> None:
     """Set when the key's effect is in the widget tree: the next frame rendered and written is the key's. The
     workbench sets it when its action returns (a tick's frame may come between the key and the action); the bare
     app, which draws nothing else, when the key is read."""
-    bare = argv[:1] == ["--bare"]
 
     def mark(what: str) -> None:
         log.write(f"{now_ms():.3f} {what}\n")

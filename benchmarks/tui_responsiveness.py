@@ -45,12 +45,19 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+if "--bare-app" in sys.argv:
+    # The baseline keeps Textual's own frame cap: it is read when textual is first imported, before the imports
+    # below bring in workbench.ui, which raises the cap for the workbench's TUI.
+    import textual.constants  # noqa: F401
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fixtures.ui.make_softmax_run import result, source  # noqa: E402
 from tests.snapshot_apps.fake_runtime import FloodRuntime  # noqa: E402
 from tests.snapshot_apps.live_app import make_live_app, settle, ui_settings  # noqa: E402
 from workbench.session import SessionStore  # noqa: E402
+from textual.app import App, ComposeResult  # noqa: E402 - after workbench.ui (above, via live_app): its frame cap
+from textual.widgets import Static  # noqa: E402
 from workbench.session.replay import checkpoint_record  # noqa: E402
 from workbench.session.state import SessionState, apply  # noqa: E402
 from workbench.ui.factory import make_app  # noqa: E402
@@ -235,30 +242,30 @@ FILTER_TITLES = ("events · filter: attempts + evals (f)", "events · filter: to
 """What the event log's title says under each filter but 'all' (workbench.ui.formatting.EVENT_FILTERS)."""
 
 
+class BareApp(App[None]):
+    """The baseline: a Textual app whose one label `f` cycles through the same four titles as the event log's."""
+
+    BINDINGS = [("f", "next", "next"), ("q", "quit", "quit")]
+
+    def compose(self) -> ComposeResult:
+        self.i = 0
+        yield Static("events", id="label")
+
+    def action_next(self) -> None:
+        self.i = (self.i + 1) % 4
+        self.query_one(Static).update(("events", *FILTER_TITLES)[self.i])
+
+
 def bare_app(load: list[str] | None = None) -> None:
-    """The baseline: a Textual app whose one label `f` cycles through the same four titles; with `load` (a folder,
-    the tuner's workers), the headless tuner started first from this process (start_load), and stopped after."""
-    from textual.app import App, ComposeResult
-    from textual.widgets import Static
-
-    class Bare(App[None]):
-        BINDINGS = [("f", "next", "next"), ("q", "quit", "quit")]
-
-        def compose(self) -> ComposeResult:
-            self.i = 0
-            yield Static("events", id="label")
-
-        def action_next(self) -> None:
-            self.i = (self.i + 1) % 4
-            self.query_one(Static).update(("events", *FILTER_TITLES)[self.i])
-
+    """Run BareApp; with `load` (a folder, the tuner's workers), the headless tuner started first from this process
+    (start_load), and stopped after."""
     running = None
     if load:
         folder = Path(load[0])
         env, run, _ = tmux_setup(folder, int(load[1]), "unused.sock")
         running = start_load(folder, env, run)
     try:
-        Bare().run()
+        BareApp().run()
     finally:
         if running is not None:
             stop_load(running)

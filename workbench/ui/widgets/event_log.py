@@ -264,7 +264,7 @@ class EventLog(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        style = self._line_style or self.rich_style
+        style = self._line_style if self._line_style is not None else self.rich_style
         if index >= len(self._lines):
             return Strip.blank(width, style)
         return self._strip(index, style, scroll_x, width).apply_offsets(scroll_x, index)
