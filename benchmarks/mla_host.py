@@ -6,11 +6,13 @@ A lease's host can be twice as slow as another's, so every figure that is compar
 round runs one block of every implementation in turn, and the figure is the median over rounds. Per implementation:
 host us per call (2000 back-to-back calls, no sync inside), wall us per call (40 calls then a sync: what a loop of
 eager calls costs), GPU us per call (a CUDA graph of 20 calls replayed). Then the pieces of an auto call and a
-cProfile of it. Triton's launcher is reached through its internals here (a benchmark may; a candidate may not).
+cProfile of it. Triton's runner and launcher are reached through their internals here, as the kernel's raw launch
+(_RawLaunch) reaches them.
 Run from the repo root: python3 benchmarks/mla_host.py [--before DIR] (writes mla_host.json to $OUT, else here).
 """
 import argparse
 import cProfile
+import dataclasses
 import importlib.util
 import io
 import json
@@ -100,6 +102,23 @@ def with_desc(mode: str, fn):
     return call
 
 
+def runner_path(fn):
+    """fn with a launch hook counted as set, so warm calls launch through Triton's runner (main's route)."""
+    def call():
+        k._hooks_idle = _busy
+        out = fn()
+        k._hooks_idle = _IDLE
+        return out
+    return call
+
+
+_IDLE = k._hooks_idle
+
+
+def _busy() -> bool:
+    return False
+
+
 def rel_rms(x, ref) -> float:
     return float(((x.float() - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item())
 
@@ -112,6 +131,7 @@ def main() -> int:
     q, kv, sl, scale = inp["q"], inp["kv_cache"], inp["cache_seqlens"], inp["sm_scale"]
     ref_o, ref_lse = reference.forward(**inp)
     impls = {"auto": lambda: k.forward(q, kv, sl, scale),
+             "auto, runner": runner_path(lambda: k.forward(q, kv, sl, scale)),
              "host": with_desc("host", lambda: k.forward(q, kv, sl, scale))}
     if args.before:
         spec = importlib.util.spec_from_file_location("mla_before", pathlib.Path(args.before) / "mla_splitkv.py")
@@ -130,8 +150,8 @@ def main() -> int:
         k.CONFIG["DESC"] = mode
         plan = k._plan_for(q, kv, sl, None, 0, None)
         res["plans"][mode] = {"fused": plan.fused, "splits": plan.splits, "device_desc": plan.device_desc,
-                              "ready": plan.ready, "args": len(k._gluon_args(plan, (0, 0, 0), 0, None, 0.1, 0, 0, 0,
-                                                                             0, 0, False)),
+                              "ready": plan.ready, "direct": plan.direct,
+                              "args": len(k._gluon_args(plan, (0, 0, 0), 0, None, 0.1, 0, 0, 0, 0, 0, False)),
                               "global_scratch_bytes": plan.compiled["gluon"].metadata.global_scratch_size}
     k.CONFIG["DESC"] = "auto"
     res["host_us"] = interleaved(impls, 2000, synced=False)
@@ -140,31 +160,37 @@ def main() -> int:
     # The twin a capture made must not have replaced the eager path: auto's eager calls still build on the device.
     res["auto_after_capture_device_desc"] = k._plan_for(q, kv, sl, None, 0, None).device_desc
     plan = k._plan_for(q, kv, sl, None, 0, None)
-    runner = plan.runners["gluon"]
+    runner, raw = plan.runners["gluon"], plan.raw["gluon"]
     captured = {}
-    plan.runners["gluon"] = lambda *a: (captured.setdefault("args", a), runner(*a))
+    plan.raw["gluon"] = dataclasses.replace(raw, launch=lambda *a: (captured.setdefault("args", a), raw.launch(*a)))
     impls["auto"]()
-    plan.runners["gluon"] = runner
-    largs = captured["args"]
-    compiled = plan.compiled["gluon"]
-    run, fn, packed = compiled.run, compiled.function, compiled.packed_metadata
+    plan.raw["gluon"] = raw
+    head, largs = captured["args"][:13], captured["args"][13:]
     stream = torch.cuda.current_stream().cuda_stream
     o, lse = impls["auto"]()
-    part = k._scratch(plan, False).data_ptr()
+    index = q.device.index
+    shape_o, shape_l = (1, 64, 512), (1, 64)
     pieces = {
         "forward": lambda: k.forward(q, kv, sl, scale),
-        "_run (ours + launch)": lambda: k._run(plan, q.data_ptr(), kv.data_ptr(), sl.data_ptr(), None, scale,
-                                               o.data_ptr(), lse.data_ptr(), part, part + plan.lse_offset),
+        "forward, runner (a hook set)": runner_path(lambda: k.forward(q, kv, sl, scale)),
+        "raw launch alone (kept stream and scratch)": lambda: raw.launch(*head, *largs),
         "runner(*args) (CompiledKernel[grid], kept)": lambda: runner(*largs),
-        "compiled.run direct, cached stream, no hooks": lambda: run(1, plan.splits, 1, stream, fn, packed, None,
-                                                                    None, None, *largs),
         "torch.empty o + lse": lambda: (torch.empty(1, 64, 512, dtype=torch.bfloat16, device=q.device),
                                         torch.empty(1, 64, dtype=torch.float32, device=q.device)),
+        "torch.empty o + lse, shape tuples, device index": lambda: (
+            torch.empty(shape_o, dtype=torch.bfloat16, device=index),
+            torch.empty(shape_l, dtype=torch.float32, device=index)),
+        "q.new_empty o + lse": lambda: (q.new_empty(shape_o), q.new_empty(shape_l, dtype=torch.float32)),
+        "floor: two allocations, raw stream, raw launch": lambda: (
+            torch.empty(shape_o, dtype=torch.bfloat16, device=index),
+            torch.empty(shape_l, dtype=torch.float32, device=index),
+            raw.launch(*head[:3], torch._C._cuda_getCurrentRawStream(index), *head[4:], *largs)),
         "_plan_for": lambda: k._plan_for(q, kv, sl, None, 0, None),
+        "_hooks_idle()": k._hooks_idle,
         "torch.cuda.is_current_stream_capturing()": torch.cuda.is_current_stream_capturing,
-        "triton.set_allocator": lambda: triton.set_allocator(k._global_scratch),
-        "_global_scratch(384)": lambda: k._global_scratch(384, 128, stream),
+        "raw stream (torch._C._cuda_getCurrentRawStream)": lambda: torch._C._cuda_getCurrentRawStream(index),
         "current_stream().cuda_stream": lambda: torch.cuda.current_stream().cuda_stream,
+        "current_stream(index).cuda_stream": lambda: torch.cuda.current_stream(index).cuda_stream,
     }
     res["pieces_us"] = interleaved(pieces, 2000, synced=False, rounds=7)
     res["launch_hooks"] = [repr(triton.knobs.runtime.launch_enter_hook), repr(triton.knobs.runtime.launch_exit_hook)]

@@ -194,11 +194,14 @@ def test_static_guard_imports(task):
         from triton.tools.tensor_descriptor import TensorDescriptor
         from triton.tools import disasm
         import triton.runtime.driver
+        s = torch._C._cuda_getCurrentRawStream(0)
+        t = torch._C._cuda_getCurrentRawStreamX(0)
+        u = torch._C._cuda_getCurrentStream(0)
     """
     assert findings(task, src) == [
         ("forbidden-import", 2), ("forbidden-import", 3), ("forbidden-import", 4), ("import-not-allowed", 5),
         ("import-not-allowed", 6), ("import-not-allowed", 7), ("forbidden-api", 8), ("import-not-allowed", 9),
-        ("forbidden-api", 12), ("forbidden-api", 13),
+        ("forbidden-api", 12), ("forbidden-api", 13), ("forbidden-api", 15), ("forbidden-api", 16),
     ]
 
 

@@ -548,6 +548,69 @@ def test_warm_gluon_calls_with_device_descriptors_pass_plain_addresses(monkeypat
     assert hooks == [OURS._global_scratch] * 3
 
 
+@pytest.mark.parametrize("merge", ["fused", "kernel"])
+def test_warm_calls_launch_raw_on_the_current_stream_unless_a_hook_is_set(monkeypatch, merge):
+    """Where the compiled kernels' launchers are Triton's CudaLauncher, a warm call makes their C launches itself:
+    every launch a runner would make (stage 1, and the merge kernel of a two-kernel plan), on the current stream,
+    with the grid, cooperative flag and packed metadata the runner would pass, the device-made descriptors' global
+    scratch from the stream's buffer (sized for the whole grid), no hooks, and the runner's parameters. A launch
+    hook (a profiler) or profiling scratch sends it back to the runner (a capture does too, on the GPU only:
+    mla_compare's graph checks)."""
+    monkeypatch.setattr(OURS, "gluon_ok", lambda *args, **kwargs: True)
+    monkeypatch.setattr(OURS, "_SYNC_WORDS", {})
+    monkeypatch.setattr(OURS, "_GLOBAL_SCRATCH", {})
+    streams = []
+    monkeypatch.setattr(OURS, "_current_stream", lambda device: streams.append(device) or 77)
+    monkeypatch.setattr(OURS.triton, "set_allocator", lambda hook: None)
+    fused = merge == "fused"
+    stage1 = _stub(monkeypatch, "_mla_split_attend_ws", {"global_scratch_size": 384, "global_scratch_align": 128,
+                                                         "launch_cooperative_grid": fused})
+    stage2 = _stub(monkeypatch, "_mla_merge_splits", {})
+    _caching_plans(monkeypatch)
+    inputs = REF.make_inputs({"B": 1, "H": 64, "N": 512}, 37, "cpu")
+    cfg = {"MERGE": merge, "DESC": "device"}
+    OURS.forward(**inputs, config=cfg)
+    o, lse = OURS.forward(**inputs, config=cfg)
+    (plan,) = OURS._PLANS.values()
+    assert plan.fused == fused and plan.launches == (1 if fused else 2)
+    assert plan.direct and not stage1.warm and not stage2.warm and streams == [torch.device("cpu")]
+    assert len(stage1.raw) == 1 and len(stage2.raw) == (0 if fused else 1)
+    grid, stream, function, cooperative, pdl, scratch, rest, params = stage1.raw[0]
+    assert (grid, stream, function, cooperative, pdl) == (plan.grid, 77, 0xF00, fused, False)
+    assert rest == (None, (4, 1, 1024), None, None, None)  # no profiling scratch, packed metadata, no hooks
+    assert plan.raw["gluon"].scratch_bytes == plan.grid[0] * plan.splits * 384 == plan.splits * 384
+    buffer = OURS._GLOBAL_SCRATCH[(None, 77)]
+    assert scratch == buffer.data_ptr() and buffer.numel() >= plan.splits * 384
+    assert params["OUT"] == plan.scratch.data_ptr()
+    if fused:
+        assert (params["O"], params["LSE"]) == (o.data_ptr(), lse.data_ptr())
+    else:
+        merged = stage2.raw[0]
+        assert (merged[0], merged[1], merged[5]) == (plan.merge_launch[0], 77, None)
+        assert (merged[7]["O"], merged[7]["LSE"], merged[7]["OP"]) == (o.data_ptr(), lse.data_ptr(), params["OUT"])
+    # A hook set: the runner launches, with the same parameters but for the call's own outputs and barrier slot.
+    hook = lambda metadata: None  # noqa: E731
+    OURS.triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        OURS.forward(**inputs, config=cfg)
+    finally:
+        OURS.triton.knobs.runtime.launch_enter_hook.remove(hook)
+    own = ("O", "LSE", "SYNC")
+    for stub in (stage1, stage2):
+        assert len(stub.warm) == len(stub.raw) <= 1
+        for ran, raw in zip(stub.warm, stub.raw):
+            assert {k: v for k, v in ran.items() if k not in own} == {k: v for k, v in raw[7].items() if k not in own}
+    OURS.forward(**inputs, config=cfg)
+    assert len(stage1.raw) == 2 and len(streams) == 2
+    # Profiling scratch in the launcher: no raw launch for that plan.
+    stage1.launcher = {"profile_scratch_size": 64}
+    monkeypatch.setattr(OURS, "_PLANS", {})
+    for _ in range(2):
+        OURS.forward(**inputs, config=cfg)
+    (plan,) = OURS._PLANS.values()
+    assert plan.raw["gluon"] is None and not plan.direct and len(stage1.raw) == 2 and len(stage1.warm) == 2
+
+
 def test_calls_of_changing_shapes_stay_right_on_the_interpreter():
     """The plan cache under real kernels: shapes, layouts and caches alternate call by call, each checked."""
     cases = [RAGGED, {"B": 2, "H": 4, "N": 37}, {**PAGED, "page_size": 16}, RAGGED, {**PAGED, "page_size": 1}]
@@ -583,13 +646,17 @@ class _Launch:
 
     OPTIONS = ("num_warps", "num_stages", "maxnreg", "launch_cooperative_grid", "launch_pdl")
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, launcher: dict | None = None):
         # A JITFunction and the interpreter's InterpretedFunction both keep the Python function they wrap.
         self.names = list(inspect.signature(kernel.fn).parameters)
         self.calls = []
         """JIT launches: the kernel's parameters by name, plus grid and options."""
         self.warm = []
         """Launches through the compiled stand-in: parameters by name, plus grid."""
+        self.launcher = launcher
+        """CudaLauncher attributes for the compiled stand-in's run (None: it has no run, as before Triton 3.6)."""
+        self.raw = []
+        """Raw launches (run.launch): (grid, stream, function, cooperative, pdl, scratch, rest, parameters)."""
 
     def named(self, grid, args, kwargs):
         given = self.names[:len(args)] + list(kwargs)
@@ -606,10 +673,15 @@ class _Launch:
 
 
 class _Compiled:
-    """The compiled-kernel stand-in _Launch returns: kernel[grid](*args) with every parameter positional."""
+    """The compiled-kernel stand-in _Launch returns: kernel[grid](*args) with every parameter positional. With the
+    stub's `launcher` set it also has Triton 3.6's CudaLauncher surface (run.launch and its attributes), whose raw
+    launches go to `raw` as (grid, stream, function, cooperative, pdl, global scratch, the rest, parameters)."""
 
     def __init__(self, stub: _Launch):
         self.stub = stub
+        if stub.launcher is not None:
+            self.run = _Launcher(stub, **stub.launcher)
+            self.function, self.packed_metadata = 0xF00, (4, 1, 1024)
 
     def __getitem__(self, grid):
         # CompiledKernel's launcher reads grid[0], grid[1] and grid[2]; unlike the JIT path it pads nothing.
@@ -617,9 +689,25 @@ class _Compiled:
         return lambda *args: self.stub.warm.append(self.stub.named(grid, args, {}))
 
 
-def _stub(monkeypatch, name: str) -> _Launch:
-    """Replace kernel `name` of our module by a recording _Launch."""
-    stub = _Launch(getattr(OURS, name))
+class _Launcher:
+    """CudaLauncher's surface as a raw launch reads it; launch() records into the stub's `raw`."""
+
+    def __init__(self, stub: _Launch, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                 launch_cooperative_grid=False, launch_pdl=False, num_ctas=1):
+        self.stub, self.num_ctas = stub, num_ctas
+        self.global_scratch_size, self.global_scratch_align = global_scratch_size, global_scratch_align
+        self.profile_scratch_size = profile_scratch_size
+        self.launch_cooperative_grid, self.launch_pdl = launch_cooperative_grid, launch_pdl
+
+    def launch(self, gx, gy, gz, stream, function, cooperative, pdl, scratch, profile_scratch, *rest):
+        packed, rest, params = rest[0], rest[1:4], rest[4:]
+        self.stub.raw.append(((gx, gy, gz), stream, function, cooperative, pdl, scratch, (profile_scratch, packed,
+                              *rest), self.stub.named((gx, gy, gz), params, {})))
+
+
+def _stub(monkeypatch, name: str, launcher: dict | None = None) -> _Launch:
+    """Replace kernel `name` of our module by a recording _Launch (with a raw launcher's surface: `launcher`)."""
+    stub = _Launch(getattr(OURS, name), launcher)
     monkeypatch.setattr(OURS, name, stub)
     return stub
 

@@ -75,8 +75,8 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # launches through the JIT functions every call. H200, same run (benchmarks/mla_compare.py, 2026-12-01), M1 eager us
 # per call / host us per call without a sync: cached 31.5 / 28.0, jit 92.9 / 90.5, main's kernel before this change
 # 140.9 / 146.5; graph times unchanged (14.25 / 14.18 / 14.30). Of the 28 us, Triton's launcher wrapper (a Python
-# loop over the 37 arguments, three descriptor encodings) is about a third, and a candidate cannot reach the raw
-# launcher (triton.backends is off limits, the function sits in a closure).
+# loop over the 37 arguments, three descriptor encodings) is about a third (the raw launches below now skip the
+# runner around it; with host descriptors the wrapper's loop remains).
 # DESC: where the Gluon stage 1's three TMA descriptors are built. "host": cached host descriptors, which Triton's
 # launcher wrapper expands into CUtensorMaps in a Python loop over every argument on each launch; "device": each
 # program builds them in Triton's global scratch (128 B each, _global_scratch), so the launch is plain integers;
@@ -86,6 +86,10 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # "auto" ships: graphs keep the host descriptors' GPU time, eager calls the device descriptors' launch. Its costs:
 # the evaluator's gated eager timing (GPU time only) reads M1 19.8 against 17.8 us, geomean 2.14x against 2.25x, and a
 # cold evaluation compiles stage 1 in both modes (compile phase 57 against 29 s); DESC "host" avoids both.
+# Raw launches (_RawLaunch): where no Triton launch hook is set, an eager call of a ready plan calls each compiled
+# kernel's C launch itself on the current stream, skipping the runner (device and stream lookups, launch metadata,
+# two hook chains) and the allocator hook. H200, M1, interleaved against main's kernel (benchmarks/mla_host.py,
+# 2026-12-02, two leases): wall us per eager call 20.97 / 21.59 against 26.47 / 26.79, graphs unchanged (12.7-12.8).
 # Paged caches: the Gluon stage 1 reads a 64-row tile per page lookup (page size a multiple of BLOCK_N), at the
 # contiguous cache's speed (M5 = M3 paged by 64: 85.4 against 84.6 us graphed); page size 1 takes the tl stage 1,
 # which gathers rows through pointers (M6: 162.2 us, FlashInfer's fa3 94.3).
@@ -845,6 +849,7 @@ FUSED_MIN_SPLITS = 16
 _SYNC_GROUPS = 512
 _SYNC_WORDS: dict = {}
 _SYNC_TURN = itertools.count()
+_SLOT_BYTES = _SYNC_GROUPS * 4
 
 
 def _sync_words(device: torch.device):
@@ -856,10 +861,11 @@ def _sync_words(device: torch.device):
     return words
 
 
-def _sync_slot(words: torch.Tensor, as_address: bool):
-    """The next slot of barrier words, as a tensor (a launch through the JIT function) or its address."""
+def _sync_slot(plan: "_Plan", as_address: bool):
+    """The next slot of the plan's device's barrier words, as a tensor (a launch through the JIT function) or its
+    address."""
     slot = next(_SYNC_TURN) % _SYNC_SLOTS
-    return words.data_ptr() + slot * _SYNC_GROUPS * 4 if as_address else words[slot]
+    return plan.sync_base + slot * _SLOT_BYTES if as_address else _sync_words(plan.device)[slot]
 
 
 def fused_ok(batch: int, heads: int, splits: int, device: torch.device, config: dict | None = None) -> bool:
@@ -976,6 +982,10 @@ class _Plan:
 
     graph_twin: object = None
     """DESC "auto": the _Plan (DESC "host") that calls being captured into a graph run instead."""
+    raw: dict = dataclasses.field(default_factory=dict)
+    """Launch name -> its compiled kernel's _RawLaunch, or None where only the runner can launch it."""
+    direct: bool = False
+    """Whether every launch of a call has its _RawLaunch."""
 
     @functools.cached_property
     def device_desc(self) -> bool:
@@ -1002,6 +1012,17 @@ class _Plan:
     def lse_offset(self) -> int:
         """Bytes from the partials' buffer to its lse part."""
         return self.batch * self.heads * self.splits * D_LATENT * self.dtype.itemsize
+
+    @functools.cached_property
+    def sync_base(self) -> int:
+        """The address of the device's barrier words, which a fused plan's calls take slots of (_sync_slot): kept,
+        as the words are made once per device and never freed."""
+        return _sync_words(self.device).data_ptr()
+
+    @functools.cached_property
+    def scratch_ptr(self) -> int:
+        """The address of the partials' buffer of eager calls (_scratch)."""
+        return _scratch(self, False).data_ptr()
 
     @property
     def ready(self) -> bool:
@@ -1092,7 +1113,7 @@ def _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits: int, config, 
         if plan.graph_twin is None:
             plan.graph_twin = _variant(plan, cfg={**plan.cfg, "DESC": "host"})
         plan = plan.graph_twin
-    if plan.fused and _sync_words(plan.device) is None:
+    if plan.fused and capturing and _sync_words(plan.device) is None:  # outside a capture the words get made
         if plan.fallback is None:
             plan.fallback = _variant(plan, fused=False, merge_step=(1, 1, 1))
         return plan.fallback
@@ -1103,7 +1124,7 @@ def _variant(plan: _Plan, **changes) -> _Plan:
     """A plan for the same inputs with `changes`, and none of the kernels, descriptors, buffers or arguments the
     original has kept (they belong to its own launches)."""
     return dataclasses.replace(plan, compiled={}, descriptors={}, scratch=None, runners={}, constants={},
-                               fallback=None, graph_twin=None, **changes)
+                               fallback=None, graph_twin=None, raw={}, direct=False, **changes)
 
 
 def _descriptors(plan: _Plan, q, kv_cache, out, base) -> tuple:
@@ -1146,10 +1167,71 @@ def _descriptor_set(plan: _Plan, q, kv_cache, out) -> tuple:
     return descs
 
 
-def _launch(plan: _Plan, name: str, kernel, grid: tuple, args: tuple, options: dict) -> None:
-    """One launch: through the plan's compiled kernel once it has one (args then hold addresses; its launcher reads
-    all three grid dimensions), else through the JIT function, keeping the compiled kernel it returns (the
-    interpreter returns none)."""
+@dataclasses.dataclass(frozen=True)
+class _RawLaunch:
+    """A compiled kernel's launch without Triton's runner around it. The runner (CompiledKernel[grid]) looks up the
+    device and the stream, builds launch metadata for the launch hooks and calls them, and its launcher wrapper asks
+    Triton's allocator hook for global scratch: about 4 us of an eager M1 call's 23 (H200, 2026-12-01). Where no
+    launch hook is set (_hooks_idle), a call makes the same C launch itself, with the stream and scratch it has."""
+
+    launch: object
+    """What CudaLauncher.__call__ calls: the launcher module's C function (or Triton's wrapper that expands host
+    TMA descriptors)."""
+    grid: tuple
+    function: int
+    """The loaded kernel's CUfunction handle."""
+    packed: tuple
+    """The compiled kernel's packed metadata (warps, CTAs, shared memory)."""
+    cooperative: bool
+    pdl: bool
+    scratch_bytes: int
+    """Global scratch the whole grid needs (device-made TMA descriptors), 0 for none."""
+
+
+def _raw_launch(compiled, grid: tuple) -> _RawLaunch | None:
+    """The raw launch of a compiled kernel over grid; None where its launcher is not the CudaLauncher known here
+    (another Triton, a test's stand-in) or wants profiling scratch (an instrumented build), so the runner stays."""
+    launcher = getattr(compiled, "run", None)
+    launch = getattr(launcher, "launch", None)
+    scratch, align = getattr(launcher, "global_scratch_size", None), getattr(launcher, "global_scratch_align", 1)
+    if launch is None or scratch is None or getattr(launcher, "profile_scratch_size", 1) != 0:
+        return None
+    if align > 512:  # torch's CUDA allocator aligns every block to 512 B
+        return None
+    programs = grid[0] * grid[1] * grid[2] * launcher.num_ctas
+    return _RawLaunch(launch, grid, compiled.function, compiled.packed_metadata, launcher.launch_cooperative_grid,
+                      launcher.launch_pdl, programs * scratch)
+
+
+def _hooks_idle() -> bool:
+    """Whether Triton has no launch hook to call (its hook chains are empty: a profiler such as proton fills them),
+    so that a raw launch skips nothing a runner would do."""
+    runtime = triton.knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return not (getattr(enter, "calls", enter) or getattr(leave, "calls", leave))
+
+
+def _current_stream(device: torch.device) -> int:
+    """The raw handle of device's current stream, read as Triton's own launcher reads it before every launch:
+    torch.cuda.current_stream() builds a Stream object for it, 4.5 us (H200, 2026-12-01)."""
+    return torch._C._cuda_getCurrentRawStream(device.index)
+
+
+def _raw_call(plan: _Plan, raw: _RawLaunch, stream: int, args: tuple) -> None:
+    """A raw launch on `stream`, as CudaLauncher.__call__ makes it with no launch hook: the global scratch from the
+    stream's buffer, no profiling scratch, no launch metadata."""
+    scratch = _stream_scratch(plan.device, stream, raw.scratch_bytes).data_ptr() if raw.scratch_bytes else None
+    raw.launch(*raw.grid, stream, raw.function, raw.cooperative, raw.pdl, scratch, None, raw.packed, None, None, None,
+               *args)
+
+
+def _launch(plan: _Plan, name: str, kernel, grid: tuple, args: tuple, options: dict, stream=None) -> None:
+    """One launch: raw (_RawLaunch) when the call has the stream, else through the plan's compiled kernel once it
+    has one (args then hold addresses; its launcher reads all three grid dimensions), else through the JIT function,
+    keeping the compiled kernel it returns (the interpreter returns none)."""
+    if stream is not None:
+        _raw_call(plan, plan.raw[name], stream, args)
+        return
     runner = plan.runners.get(name)
     if runner is not None:
         runner(*args)
@@ -1158,6 +1240,8 @@ def _launch(plan: _Plan, name: str, kernel, grid: tuple, args: tuple, options: d
     if plan.cached and compiled is not None:
         plan.compiled[name] = compiled
         plan.runners[name] = compiled[grid]
+        plan.raw[name] = _raw_launch(compiled, grid)
+        plan.direct = len(plan.raw) == plan.launches and None not in plan.raw.values()
 
 
 def _gluon_constants(plan: _Plan, pdl: bool) -> tuple:
@@ -1191,13 +1275,13 @@ def _gluon_args(plan: _Plan, descs, cache_seqlens, block_table, qk_scale: float,
 
 
 def _launch_gluon_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_scale: float, out, lse_out,
-                         sync=None, o=None, lse=None, pdl: bool = False) -> None:
+                         sync=None, o=None, lse=None, pdl: bool = False, stream=None) -> None:
     """Stage 1 through the Gluon kernel: one program per (head group, split, batch row) with a loader warp and two
     consumer warpgroups. With `sync` (a slot of barrier words) the kernel merges its splits itself into o and lse
     after a barrier per (batch row, head group), under a cooperative launch; otherwise stage 2 runs after."""
     descs = _descriptor_set(plan, q, kv_cache, out)
     args = _gluon_args(plan, descs, cache_seqlens, block_table, qk_scale, out, lse_out, sync, o, lse, pdl)
-    _launch(plan, "gluon", _mla_split_attend_ws, plan.grid, args, _GLUON_OPTIONS[sync is not None])
+    _launch(plan, "gluon", _mla_split_attend_ws, plan.grid, args, _GLUON_OPTIONS[sync is not None], stream)
 
 
 _GLUON_OPTIONS = {cooperative: {"num_warps": 4, "maxnreg": GLUON_MAXNREG, "launch_cooperative_grid": cooperative}
@@ -1206,7 +1290,7 @@ _GLUON_OPTIONS = {cooperative: {"num_warps": 4, "maxnreg": GLUON_MAXNREG, "launc
 
 
 def _launch_tl_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_scale: float, o, lse, o_part,
-                      lse_part, pdl: bool) -> None:
+                      lse_part, pdl: bool, stream=None) -> None:
     """Stage 1 through the tl kernel: any device, the CPU interpreter included."""
     cfg, paged = plan.cfg, plan.page_size > 0
     descs = _descriptor_set(plan, None, kv_cache, None) if plan.load == 2 else (None, None)
@@ -1216,35 +1300,47 @@ def _launch_tl_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_s
             plan.splits, D_LATENT, D_ROPE, cfg["BLOCK_H"], cfg["BLOCK_N"], plan.single, cfg["LAZY_RESCALE"],
             plan.load, pdl, paged)
     _launch(plan, "tl", _mla_split_attend, plan.grid, args,
-            {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+            {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}, stream)
 
 
-def _launch_merge(plan: _Plan, cache_seqlens, o, lse, o_part, lse_part, pdl: bool) -> None:
+def _launch_merge(plan: _Plan, cache_seqlens, o, lse, o_part, lse_part, pdl: bool, stream=None) -> None:
     """Stage 2: the splits' partials merged into o and lse."""
     grid, block_m, block_s, block_d, warps = plan.merge_launch
     args = (o_part, lse_part, cache_seqlens, o, lse, plan.split_len, plan.heads * D_LATENT, D_LATENT, plan.heads,
             plan.batch * plan.heads, plan.splits, D_LATENT, block_m, block_s, block_d, pdl)
     options = {"num_warps": warps, **({"launch_pdl": True} if pdl else {})}
-    _launch(plan, "merge", _mla_merge_splits, grid, args, options)
+    _launch(plan, "merge", _mla_merge_splits, grid, args, options, stream)
 
 
-def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse, o_part, lse_part) -> None:
+def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse, o_part, lse_part,
+         stream=None) -> None:
     """One call's launches. The tensor arguments are tensors while the plan is not ready (its launches go through
-    the JIT functions) and plain addresses once it is (they go through the compiled kernels)."""
+    the JIT functions) and plain addresses once it is (they go through the compiled kernels: raw launches on
+    `stream` where the caller gives it, plan.direct)."""
     qk_scale = float(sm_scale) * LOG2E
     pdl = plan.pdl
     if plan.gluon:
-        if plan.device_desc:
+        if plan.device_desc and stream is None:
             # The kernel's descriptors live in Triton's global scratch, which its launcher asks this hook for. A
             # context variable: set on every call, since a thread starts without it.
             triton.set_allocator(_global_scratch)
-        sync = _sync_slot(_sync_words(plan.device), isinstance(o, int)) if plan.fused else None
+        sync = _sync_slot(plan, isinstance(o, int)) if plan.fused else None
         _launch_gluon_stage1(plan, q, kv_cache, cache_seqlens, block_table, qk_scale, o_part, lse_part, sync, o,
-                             lse, pdl)
+                             lse, pdl, stream)
     else:
-        _launch_tl_stage1(plan, q, kv_cache, cache_seqlens, block_table, qk_scale, o, lse, o_part, lse_part, pdl)
+        _launch_tl_stage1(plan, q, kv_cache, cache_seqlens, block_table, qk_scale, o, lse, o_part, lse_part, pdl,
+                          stream)
     if plan.launches == 2:
-        _launch_merge(plan, cache_seqlens, o, lse, o_part, lse_part, pdl)
+        _launch_merge(plan, cache_seqlens, o, lse, o_part, lse_part, pdl, stream)
+
+
+def _direct(plan: _Plan, addresses: tuple, block_table, sm_scale, o: torch.Tensor, lse: torch.Tensor) -> None:
+    """A direct plan's eager call (plan.direct, no hook, not capturing): _run's launches, raw on the current
+    stream, with the partials' address kept on the plan."""
+    o, lse = o.data_ptr(), lse.data_ptr()
+    o_part, lse_part = (o, lse) if plan.single else (plan.scratch_ptr, plan.scratch_ptr + plan.lse_offset)
+    _run(plan, *addresses, None if block_table is None else block_table.data_ptr(), sm_scale, o, lse, o_part,
+         lse_part, _current_stream(plan.device))
 
 
 def _scratch(plan: _Plan, capturing: bool) -> torch.Tensor:
@@ -1271,12 +1367,16 @@ def _global_scratch(size: int, alignment: int, stream):
     own from the graph's pool, as _scratch does. Any other Triton kernel in the process gets the same service."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, dtype=torch.uint8, device="cuda")
-    # Stream handles are per device, and the default stream is 0 on every device.
-    key = (torch.cuda.current_device(), stream)
+    return _stream_scratch(torch.device("cuda", torch.cuda.current_device()), stream, size)
+
+
+def _stream_scratch(device: torch.device, stream: int, size: int) -> torch.Tensor:
+    """The global-scratch buffer of eager launches on one stream of device, grown when a launch needs more. Stream
+    handles are per device, and the default stream is 0 on every device."""
+    key = (device.index, stream)
     buffer = _GLOBAL_SCRATCH.get(key)
     if buffer is None or buffer.numel() < size:
-        buffer = _GLOBAL_SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.uint8,
-                                                    device=torch.device("cuda", key[0]))
+        buffer = _GLOBAL_SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.uint8, device=device)
     return buffer
 
 
@@ -1315,8 +1415,9 @@ def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: 
 
     Shapes decide everything (the plan, cached per key), so a call is one or two launches, needs no host sync and
     captures into a CUDA graph. From a plan's second call on, its launches use the compiled kernels' handles with
-    plain addresses (descriptors built in the kernel, or cached ones inside a graph capture; DESC): at B=1 the GPU
-    work is ~14 us, so host time per call is the eager cost.
+    plain addresses (descriptors built in the kernel, or cached ones inside a graph capture; DESC), raw on the
+    current stream outside a capture (_RawLaunch): at B=1 the GPU work is ~14 us, so host time per call is the
+    eager cost.
     """
     capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
     addresses = (q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr())
@@ -1324,6 +1425,9 @@ def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: 
     device = plan.device
     o = torch.empty(plan.batch, plan.heads, D_LATENT, dtype=plan.dtype, device=device)
     lse = torch.empty(plan.batch, plan.heads, dtype=torch.float32, device=device)
+    if plan.direct and not capturing and _hooks_idle():
+        _direct(plan, addresses, block_table, sm_scale, o, lse)
+        return o, lse
     if not plan.ready:
         o_part, lse_part = (o, lse) if plan.single else partial_buffers(plan.batch, plan.heads, plan.splits, device,
                                                                         plan.dtype)
