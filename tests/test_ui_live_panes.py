@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 from rich.text import Text
+from textual.content import Content
 from textual.geometry import Region
 from textual.message import Message
 from textual.scrollbar import ScrollBarRender
@@ -23,6 +24,7 @@ from workbench.ui.messages import JournalEvent
 from workbench.ui.screens.events import EventDetailScreen, EventListScreen, detail_text
 from workbench.ui.screens.live import FLUSH_INTERVAL, PANE_GROUPS, PANES_INTERVAL, LiveScreen
 from workbench.ui.widgets.diff_view import DiffView
+from workbench.ui.widgets.eval_table import EvalTable
 from workbench.ui.widgets.event_log import EventHighlighter, EventLog, LogScrollBar, thumb_eighths
 from workbench.ui.widgets.kernel_view import KernelView
 from workbench.ui.widgets.keyed_table import KeyedTable
@@ -492,3 +494,21 @@ async def test_a_new_attempt_keeps_the_persons_cursor_and_scroll_in_the_source_v
         await pilot.pause()
         assert editor.text.startswith("# line 0 of attempt 5")
         assert editor.cursor_location == (0, 0) and editor.scroll_offset.y == 30
+
+
+async def test_a_pane_is_repainted_for_new_titles_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Setting a border title repaints the whole pane: the tables' panes set theirs on every redraw, so the same
+    titles again must not repaint the pane."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        pane = live_screen(app).query_one(EvalTable)
+        repaints: list[tuple[Any, ...]] = []
+        monkeypatch.setattr(pane, "refresh", lambda *regions, **kw: repaints.append(regions))
+        title = Content.assemble("evaluation · ", ("ok", "bold $text-success"))
+        pane.set_titles(title, "on cuda:0")
+        assert len(repaints) == 2 and str(pane.border_title) == title.markup
+        pane.set_titles(Content.assemble("evaluation · ", ("ok", "bold $text-success")), Content("on cuda:0"))
+        assert len(repaints) == 2
+        pane.set_titles(Content.assemble("evaluation · ", ("ok", "bold $text-error")), "on cuda:0")
+        assert len(repaints) == 3, "a title in another colour is a new title"

@@ -127,13 +127,11 @@ class EvalTable(Pane):
 
     def _describe(self, attempt: Attempt, state: SessionState) -> None:
         star = " ★" if state.best == attempt.n else ""
-        self.border_title = Content.assemble(
-            f"evaluation · attempt {attempt.n}{star} · ",
-            (attempt.verdict or "?", f"bold ${verdict_variable(attempt.verdict)}"),
-        )
         comparable = "timing comparable" if attempt.timing_comparable else "timing NOT comparable"
         measured = f" · on {attempt.slot}" if attempt.slot else ""
-        self.border_subtitle = Content(f"{state.device or '?'}{measured} · {comparable}")
+        self.set_titles(Content.assemble(f"evaluation · attempt {attempt.n}{star} · ",
+                                         (attempt.verdict or "?", f"bold ${verdict_variable(attempt.verdict)}")),
+                        Content(f"{state.device or '?'}{measured} · {comparable}"))
         parts: list[str | tuple[str, str]] = []
         if attempt.speedup is not None:
             parts += ["overall ", (fmt.speedup(attempt.speedup), f"bold ${verdict_variable(attempt.verdict)}")]

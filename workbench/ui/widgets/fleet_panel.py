@@ -115,11 +115,10 @@ class FleetPanel(Pane):
                                               for name, row in rows.items()})
         out = [r for r in rows.values() if r.get("state") in ("retired", "skipped", "faulted")]
         busy = sum(1 for r in rows.values() if r.get("state") == "busy")
-        self.border_title = Content.assemble(
+        self.set_titles(Content.assemble(
             f"fleet · {busy}/{len(rows)} busy · ", (f"{waiting} queued", "bold" if waiting else "$text-muted"),
-            (f" · ref {state.reference}" if state.reference else "", "$text-muted"))
-        self.border_subtitle = Content(fmt.shorten(
-            "out of service: " + ", ".join(f"{r.get('slot')} {r.get('state')}" for r in out), 58) if out else "")
+            (f" · ref {state.reference}" if state.reference else "", "$text-muted")), Content(fmt.shorten(
+                "out of service: " + ", ".join(f"{r.get('slot')} {r.get('state')}" for r in out), 58) if out else ""))
 
     def _cells(self, row: Mapping[str, Any], reference: bool) -> list[Text]:
         variables = self.app.theme_variables

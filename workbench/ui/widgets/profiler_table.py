@@ -141,13 +141,12 @@ class ProfilerTable(Pane):
         self.query_one("#ncu", Static).update(self._ncu(metrics, ncu_metrics(best or {}), profile))
         attempt = profile.get("attempt")
         against = best.get("attempt") if best else None
-        self.border_title = Content.assemble(
-            f"profile · attempt {attempt}" if attempt is not None else "profile",
-            (f" · Δ vs best #{against}" if against is not None else "", "$text-muted"))
         findings = profile.get("findings")
         first = findings[0].get("message") if isinstance(findings, list) and findings and \
             isinstance(findings[0], Mapping) else None
-        self.border_subtitle = Content(fmt.shorten(str(profile.get("summary") or first or ""), 60))
+        self.set_titles(Content.assemble(f"profile · attempt {attempt}" if attempt is not None else "profile",
+                                         (f" · Δ vs best #{against}" if against is not None else "", "$text-muted")),
+                        Content(fmt.shorten(str(profile.get("summary") or first or ""), 60)))
 
     def _cells(self, row: Mapping[str, Any], best: Mapping[str, Any] | None) -> list[Text]:
         variables = self.app.theme_variables
