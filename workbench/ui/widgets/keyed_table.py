@@ -1,13 +1,14 @@
 """KeyedTable: a read-only table of Rich Text cells on the line API, changed by row key, each row drawn once per
 content, layout and style.
 
-The live screen's tables (evaluation, fleet, profile) were DataTables. A DataTable keys its render caches by an
-update count, so after any change of one cell it renders every cell of the table through Rich again: 5.8 ms of the
-main thread for the evaluation table's 45 cells, 2.7 ms for the fleet's, in the tick frames a key waits behind.
-Here a row is a strip kept until its cells, the column widths, its style (zebra stripe, theme, focus) or the window
-change, and an update repaints only the lines of the rows that changed or moved. The look is DataTable's with
-`cursor_type="none"` and zebra stripes: a bold header row that stays put while the rows scroll under it, one cell of
-padding either side of each column, each cell justified as its Text says and cut at its column's width.
+It is the live screen's tables (evaluation, fleet, profile) rather than Textual's DataTable, for the key-to-paint of a
+busy run: a DataTable keys its render caches by an update count, so after a change of one cell it renders every cell
+through Rich again (4-5 ms of the main thread for the evaluation table or the fleet's, in the tick frames a key
+waits behind). Here a row is a strip kept until its cells, the column widths, its style (zebra stripe, theme,
+focus) or the window change, and an update repaints only the lines of the rows that changed or moved. The look is
+DataTable's with `cursor_type="none"` and zebra stripes: a bold header row that stays put while the rows scroll under
+it, one cell of padding either side of each column, each cell justified as its Text says and cut at its column's
+width.
 """
 
 from __future__ import annotations
