@@ -7,7 +7,9 @@ Thread CPU, so it is not the key-to-paint (benchmarks/tui_responsiveness.py --tm
 under load), but it is the work that decides how long a frame holds the main thread and how often a busy box
 preempts it, and it moves little from run to run. The live screen is the softmax fixture's (FakeRuntime, no new
 events); the key is `f`, posted as the input thread posts it; the tick's frame repaints the log and the status clock.
-Medians and quartiles of ms.
+The two table panes are timed as the tick redraws them: the evaluation table showing a new evaluation of every shape
+(two results taking turns), and the fleet pane showing the fleet fixture's four slots with new phases. Medians and
+quartiles of ms.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import statistics
 import sys
 import time
+from copy import deepcopy
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,7 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from textual import events  # noqa: E402
 from textual.screen import Screen  # noqa: E402
 
+from tests.snapshot_apps.fake_runtime import FIXTURES, FakeRuntime, load_events  # noqa: E402
 from tests.snapshot_apps.live_app import make_live_app, settle, utc_clock  # noqa: E402
+from workbench.agent.sink import FleetView  # noqa: E402
+from workbench.fleet.api import EvalJob, SlotInfo, SlotStatus  # noqa: E402
+from workbench.session.state import SessionState  # noqa: E402
+from workbench.ui.widgets.eval_table import EvalTable, latest_evaluated  # noqa: E402
+from workbench.ui.widgets.fleet_panel import FleetPanel  # noqa: E402
 from tui_responsiveness import BareApp  # noqa: E402
 
 
@@ -61,6 +70,30 @@ class Frames:
         return self.samples
 
 
+def evaluations(state: SessionState) -> list[SessionState]:
+    """Two copies of `state` whose latest evaluation has other times in every shape (and another seq)."""
+    out = []
+    for turn in (1, 2):
+        copy = deepcopy(state)
+        attempt = latest_evaluated(copy)
+        assert attempt is not None and attempt.eval_seq is not None
+        attempt.eval_seq += turn
+        scale = 1 + turn / 100
+        attempt.shapes = [{**shape, "ms": shape["ms"] * scale, "speedup": shape["speedup"] / scale}
+                          for shape in attempt.shapes]
+        out.append(copy)
+    return out
+
+
+def fleet_views() -> list[FleetView]:
+    """Two views of four busy H200 slots, in other phases."""
+    path = Path("attempts/kernel.py")
+    return [FleetView(tuple(
+        SlotStatus(SlotInfo(f"cuda:{i}", "cuda", gpu=str(i), gpu_name="NVIDIA H200"), "busy",
+                   EvalJob(f"j{i}", 4 + i, path, ""), f"{phase} S{i + 1}", 3) for i in range(4)), 1)
+        for phase in ("timing", "correctness")]
+
+
 async def measure(presses: int) -> dict[str, list[float]]:
     frames = Frames()
     out: dict[str, list[float]] = {}
@@ -72,6 +105,15 @@ async def measure(presses: int) -> dict[str, list[float]]:
             presses, lambda: app.post_message(events.Key("f", "f")))
         out["workbench: the flush tick's frame (log and status clock)"] = await frames.each(
             presses, lambda: (screen.query_one("EventLog").refresh(), screen.query_one("#clock").refresh()))
+        table, states = screen.query_one(EvalTable), evaluations(app.state)
+        out["workbench: the evaluation table with a new evaluation, to the end of its frame"] = await frames.each(
+            presses, lambda: table.show(states[len(frames.samples) % 2]))
+    app, runtime = make_live_app(FakeRuntime(load_events(FIXTURES / "fleet_run.jsonl")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, runtime)
+        panel, views = app.screen.query_one(FleetPanel), fleet_views()
+        out["workbench: the fleet pane with new phases, to the end of its frame"] = await frames.each(
+            presses, lambda: panel.show(app.state, views[len(frames.samples) % 2]))
     bare = BareApp()
     async with bare.run_test(size=(120, 40)) as pilot:
         await pilot.pause()

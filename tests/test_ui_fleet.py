@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable
 
 from tests.snapshot_apps.fake_runtime import FIXTURES, FakeRuntime, load_events
 from tests.snapshot_apps.live_app import live_screen, make_live_app, review_loaded, settle, wait_for
@@ -21,6 +20,7 @@ from workbench.journal import Event
 from workbench.ui.bridge import UiBridge
 from workbench.ui.messages import FleetChanged, JournalEvent
 from workbench.ui.widgets.fleet_panel import FleetPanel
+from workbench.ui.widgets.keyed_table import KeyedTable
 
 SIZE = (120, 40)
 FLEET_RUN = FIXTURES / "fleet_run.jsonl"
@@ -53,8 +53,7 @@ def live_view(queued: int = 1) -> FleetView:
 
 
 def cells(panel: FleetPanel) -> dict[str, list[str]]:
-    table = panel.query_one(DataTable)
-    return {str(key.value): [c.plain for c in table.get_row(key)] for key in table.rows}
+    return {key: [c.plain for c in row] for key, row in panel.query_one(KeyedTable).rows.items()}
 
 
 # -- snapshots --------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 from rich.text import Text
+from textual.content import Content
 from textual.geometry import Region
 from textual.message import Message
 from textual.scrollbar import ScrollBarRender
@@ -23,8 +24,10 @@ from workbench.ui.messages import JournalEvent
 from workbench.ui.screens.events import EventDetailScreen, EventListScreen, detail_text
 from workbench.ui.screens.live import FLUSH_INTERVAL, PANE_GROUPS, PANES_INTERVAL, LiveScreen
 from workbench.ui.widgets.diff_view import DiffView
+from workbench.ui.widgets.eval_table import EvalTable
 from workbench.ui.widgets.event_log import EventHighlighter, EventLog, LogScrollBar, thumb_eighths
 from workbench.ui.widgets.kernel_view import KernelView
+from workbench.ui.widgets.keyed_table import KeyedTable
 from workbench.ui.widgets.metrics_bar import MetricsBar
 from workbench.ui.widgets.profiler_table import ProfilerTable, kernel_rows, ncu_metrics
 
@@ -406,13 +409,11 @@ async def test_profile_pane_appears_with_the_first_profile_and_changes_rows_by_k
         pane = live_screen(app).query_one(ProfilerTable)
         assert pane.has_class("-empty") and not pane.display
         await post(app, "profile.finished", profile(4, 1.0))
-        table = pane.query_one(DataTable)
+        table = pane.query_one(KeyedTable)
         assert not pane.has_class("-empty") and pane.display
-        assert [k.value for k in table.rows] == ["_softmax_kernel", "fill_"]
+        assert list(table.rows) == ["_softmax_kernel", "fill_"]
         assert table.get_cell("_softmax_kernel", "delta").plain == "–", "the best's own profile has no delta"
-        first = list(table.rows)[0]
         await post(app, "profile.finished", profile(5, 0.8))
-        assert list(table.rows)[0] is first, "rows are updated in place, not re-added"
         assert table.get_cell("_softmax_kernel", "delta").plain == "-20%"
         assert table.get_cell("_softmax_kernel", "mean_ms").plain == "0.0198"
         ncu = str(pane.query_one("#ncu").render())
@@ -463,8 +464,8 @@ async def test_an_evaluation_profile_and_a_later_ncu_run_show_together() -> None
             "ncu": {"shape": "S1", "rows": [{"kernel": "_softmax_kernel", "launches": 3,
                                              "metrics": {"occupancy_pct": 38.0, "dram_pct": 71.5}}]}})
         pane = live_screen(app).query_one(ProfilerTable)
-        table = pane.query_one(DataTable)
-        assert pane.display and [k.value for k in table.rows] == ["_softmax_kernel"]
+        table = pane.query_one(KeyedTable)
+        assert pane.display and list(table.rows) == ["_softmax_kernel"]
         assert table.get_cell("_softmax_kernel", "calls").plain == "6"
         footer = str(pane.query_one("#ncu").render())
         assert "vs #4 S1: time 0.0412 ms -> 0.0385 ms" in footer and "occupancy_pct 38" in footer
@@ -493,3 +494,21 @@ async def test_a_new_attempt_keeps_the_persons_cursor_and_scroll_in_the_source_v
         await pilot.pause()
         assert editor.text.startswith("# line 0 of attempt 5")
         assert editor.cursor_location == (0, 0) and editor.scroll_offset.y == 30
+
+
+async def test_a_pane_is_repainted_for_new_titles_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Setting a border title repaints the whole pane: the tables' panes set theirs on every redraw, so the same
+    titles again must not repaint the pane."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        pane = live_screen(app).query_one(EvalTable)
+        repaints: list[tuple[Any, ...]] = []
+        monkeypatch.setattr(pane, "refresh", lambda *regions, **kw: repaints.append(regions))
+        title = Content.assemble("evaluation · ", ("ok", "bold $text-success"))
+        pane.set_titles(title, "on cuda:0")
+        assert len(repaints) == 2 and str(pane.border_title) == title.markup
+        pane.set_titles(Content.assemble("evaluation · ", ("ok", "bold $text-success")), Content("on cuda:0"))
+        assert len(repaints) == 2
+        pane.set_titles(Content.assemble("evaluation · ", ("ok", "bold $text-error")), "on cuda:0")
+        assert len(repaints) == 3, "a title in another colour is a new title"

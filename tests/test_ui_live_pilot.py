@@ -9,7 +9,6 @@ from concurrent.futures import Future
 import pytest
 from textual.message import Message
 from textual.widgets import Checkbox, DataTable, TextArea
-from textual.widgets.data_table import ColumnKey
 
 from tests.snapshot_apps.fake_runtime import FakeRuntime, load_events
 from tests.snapshot_apps.live_app import capture_notes, live_screen, make_live_app, settle, wait_for
@@ -23,9 +22,11 @@ from workbench.ui.screens.live import LiveScreen
 from workbench.ui.screens.nudge import NudgeScreen
 from workbench.ui.screens.question import QuestionScreen
 from workbench.ui import formatting as fmt
+from workbench.ui.palette import theme_style
 from workbench.ui.widgets.eval_table import EvalTable
 from workbench.ui.widgets.event_log import EventLog
 from workbench.ui.widgets.kernel_view import KernelView
+from workbench.ui.widgets.keyed_table import KeyedTable
 from workbench.ui.widgets.memory_panel import MemoryPanel
 from workbench.ui.widgets.status_bar import StatusBar
 
@@ -42,8 +43,8 @@ async def test_replay_fills_every_pane() -> None:
         kernel = screen.query_one(KernelView)
         assert kernel.shown is not None and kernel.shown[0] == 5
         assert "BLOCK_SIZE=2048" in kernel.query_one(TextArea).text
-        table = screen.query_one(EvalTable).query_one(DataTable)
-        assert [key.value for key in table.rows] == ["S1", "S2", "S3"]
+        table = screen.query_one(EvalTable).query_one(KeyedTable)
+        assert list(table.rows) == ["S1", "S2", "S3"]
         assert table.get_cell("S1", "ms").plain == "0.0385"
         assert table.get_cell("S2", "speedup").plain == "1.44×"
         log = screen.query_one(EventLog)
@@ -267,8 +268,7 @@ async def test_eval_table_changes_rows_by_key() -> None:
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        table = live_screen(app).query_one(EvalTable).query_one(DataTable)
-        before = dict(zip([k.value for k in table.rows], list(table.rows)))
+        table = live_screen(app).query_one(EvalTable).query_one(KeyedTable)
         last = load_events()[-1]
         result = {"verdict": "ok", "message": "", "speedup": 1.7, "timing_comparable": True,
                   "shapes": [{"name": "S10", "correct": True, "rel_err": 1e-7, "ms": 0.5, "baseline_ms": 0.9,
@@ -279,10 +279,9 @@ async def test_eval_table_changes_rows_by_key() -> None:
                                             "")))
         await wait_for(lambda: app.state.last_seq == last.seq + 1)
         live_screen(app).flush()
-        assert [k.value for k in table.rows] == ["S2", "S10"]
-        assert list(table.rows)[0] is before["S2"], "an existing row is updated in place, not re-added"
+        assert list(table.rows) == ["S2", "S10"]
         assert table.get_cell("S2", "ms").plain == "0.02"
-        assert [table.get_row_at(i)[0].plain for i in range(table.row_count)] == ["S2", "S10"]
+        assert [cells[0].plain for cells in table.rows.values()] == ["S2", "S10"]
 
 
 async def test_the_status_line_counts_down_to_the_next_try_while_the_model_api_is_failing() -> None:
@@ -308,12 +307,23 @@ async def test_the_status_line_counts_down_to_the_next_try_while_the_model_api_i
         assert "waiting for the model API" not in str(status.query_one("#clock").render())
 
 
+async def test_a_theme_change_recolours_the_eval_tables_cells() -> None:
+    """The cells carry theme colours as Rich styles; the same text in a new colour must not count as unchanged."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        table = live_screen(app).query_one(EvalTable).query_one(KeyedTable)
+        app.theme = "workbench-light"
+        await pilot.pause()
+        assert table.get_cell("S1", "shape").style == theme_style(app.theme_variables, "text-primary", bold=True)
+
+
 async def test_eval_table_columns_widen_when_an_update_brings_longer_values() -> None:
     """Rows are updated in place; a longer value must widen its column, not be clipped to the old width."""
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        table = live_screen(app).query_one(EvalTable).query_one(DataTable)
+        table = live_screen(app).query_one(EvalTable).query_one(KeyedTable)
         last = load_events()[-1]
         result = {"verdict": "ok", "message": "", "speedup": 0.01, "timing_comparable": True,
                   "shapes": [{"name": s.get("name"), "correct": True, "rel_err": 1e-7, "ms": 1234567.0,
@@ -325,8 +335,8 @@ async def test_eval_table_columns_widen_when_an_update_brings_longer_values() ->
         live_screen(app).flush()
         await pilot.pause()
         for key in ("ms", "baseline_ms"):
-            widest = max(table.get_cell(row.value, key).cell_len for row in table.rows)
-            assert table.columns[ColumnKey(key)].content_width >= widest, key
+            widest = max(table.get_cell(row, key).cell_len for row in table.rows)
+            assert table.content_width(key) >= widest, key
 
 
 async def test_events_already_in_the_starting_state_are_not_applied_twice() -> None:
@@ -343,7 +353,7 @@ async def test_eval_table_gains_a_graph_column_when_an_evaluation_has_graph_time
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
-        table = live_screen(app).query_one(EvalTable).query_one(DataTable)
+        table = live_screen(app).query_one(EvalTable).query_one(KeyedTable)
         assert "graph_speedup" not in table.columns  # the shipped session has event times only
         last = load_events()[-1]
         result = {"verdict": "ok", "message": "", "speedup": 1.4, "timing_comparable": True,

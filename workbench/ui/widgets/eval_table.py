@@ -8,13 +8,13 @@ from typing import Any, Mapping
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.content import Content
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from workbench.session.state import Attempt, SessionState
 from workbench.ui import formatting as fmt
 from workbench.ui.palette import MUTED, theme_style, verdict_variable
 from workbench.ui.static_text import update_static
-from workbench.ui.widgets.keyed_rows import sync_rows
+from workbench.ui.widgets.keyed_table import Column, KeyedTable
 from workbench.ui.widgets.pane import Pane
 
 COLUMNS = (
@@ -49,7 +49,7 @@ class EvalTable(Pane):
 
     DEFAULT_CSS = """
     EvalTable { height: auto; }
-    EvalTable > DataTable { height: auto; max-height: 12; background: $surface; scrollbar-size: 1 1; }
+    EvalTable > KeyedTable { height: auto; max-height: 12; background: $surface; scrollbar-size: 1 1; }
     EvalTable > #verdict { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
     """
 
@@ -59,10 +59,7 @@ class EvalTable(Pane):
         """(attempt, eval seq, best) drawn last: the table changes only when one of them does."""
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Text] = DataTable(id="shapes", cursor_type="none", zebra_stripes=True)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
-        yield table
+        yield KeyedTable(*(Column(key, label) for key, label in COLUMNS), id="shapes")
         yield Static("", id="verdict")
 
     def on_mount(self) -> None:
@@ -89,19 +86,16 @@ class EvalTable(Pane):
         self.shown = key
         best = state.best_attempt
         best_ms = {s.get("name"): s.get("ms") for s in best.shapes} if best is not None else {}
-        table: DataTable[Text] = self.query_one("#shapes", DataTable)
+        table = self.query_one("#shapes", KeyedTable)
         graph = "graph_speedup" in table.columns or any(s.get("graph_speedup") is not None for s in attempt.shapes)
         columns = GRAPH_COLUMNS if graph else COLUMNS
-        rows = {str(s.get("name", "?")): self._cells(s, best_ms.get(s.get("name"))) for s in attempt.shapes}
+        shapes = sorted(attempt.shapes, key=lambda s: _natural(str(s.get("name", "?"))))
+        rows = {str(s.get("name", "?")): self._cells(s, best_ms.get(s.get("name"))) for s in shapes}
         with self.app.batch_update():
             if graph and "graph_speedup" not in table.columns:
                 # Once per session: the first evaluation with graph times re-lays the table out.
-                table.clear(columns=True)
-                for key, label in columns:
-                    table.add_column(label, key=key)
-            keys = [column for column, _label in columns]
-            sync_rows(table, {name: [cells[k] for k in keys] for name, cells in rows.items()}, keys)
-            table.sort("shape", key=lambda cell: _natural(cell.plain))
+                table.set_columns([Column(key, label) for key, label in columns])
+            table.sync_rows({name: [cells[key] for key, _label in columns] for name, cells in rows.items()})
         self._describe(attempt, state)
 
     def _cells(self, shape: Mapping[str, Any], best_ms: float | None) -> dict[str, Text]:
@@ -133,13 +127,11 @@ class EvalTable(Pane):
 
     def _describe(self, attempt: Attempt, state: SessionState) -> None:
         star = " ★" if state.best == attempt.n else ""
-        self.border_title = Content.assemble(
-            f"evaluation · attempt {attempt.n}{star} · ",
-            (attempt.verdict or "?", f"bold ${verdict_variable(attempt.verdict)}"),
-        )
         comparable = "timing comparable" if attempt.timing_comparable else "timing NOT comparable"
         measured = f" · on {attempt.slot}" if attempt.slot else ""
-        self.border_subtitle = Content(f"{state.device or '?'}{measured} · {comparable}")
+        self.set_titles(Content.assemble(f"evaluation · attempt {attempt.n}{star} · ",
+                                         (attempt.verdict or "?", f"bold ${verdict_variable(attempt.verdict)}")),
+                        Content(f"{state.device or '?'}{measured} · {comparable}"))
         parts: list[str | tuple[str, str]] = []
         if attempt.speedup is not None:
             parts += ["overall ", (fmt.speedup(attempt.speedup), f"bold ${verdict_variable(attempt.verdict)}")]

@@ -14,13 +14,12 @@ from typing import Any, Mapping
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.content import Content
-from textual.widgets import DataTable
 
 from workbench.agent.sink import FleetView
 from workbench.session.state import SessionState
 from workbench.ui import formatting as fmt
 from workbench.ui.palette import MUTED, theme_style
-from workbench.ui.widgets.keyed_rows import sync_rows
+from workbench.ui.widgets.keyed_table import Column, KeyedTable
 from workbench.ui.widgets.pane import Pane
 
 COLUMNS = (("slot", "slot", 7), ("where", "gpu · host", 11), ("state", "state", 7), ("attempt", "attempt", 7),
@@ -78,7 +77,7 @@ class FleetPanel(Pane):
     DEFAULT_CSS = """
     FleetPanel { height: auto; }
     FleetPanel.-empty { display: none; }
-    FleetPanel > DataTable { height: auto; max-height: 9; background: $surface; scrollbar-size: 1 1; }
+    FleetPanel > KeyedTable { height: auto; max-height: 9; background: $surface; scrollbar-size: 1 1; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -89,10 +88,7 @@ class FleetPanel(Pane):
         """The state and view shown last, for a redraw after a theme change."""
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Text] = DataTable(id="slots", cursor_type="none", zebra_stripes=True)
-        for key, label, width in COLUMNS:
-            table.add_column(label, key=key, width=width)
-        yield table
+        yield KeyedTable(*(Column(key, label, width) for key, label, width in COLUMNS), id="slots")
 
     def on_mount(self) -> None:
         self.border_title = "fleet"
@@ -115,17 +111,14 @@ class FleetPanel(Pane):
             return
         self._shown = key
         self.set_class(not rows, "-empty")
-        table: DataTable[Text] = self.query_one(DataTable)
-        with self.app.batch_update():
-            sync_rows(table, {name: self._cells(row, name == state.reference) for name, row in rows.items()},
-                      [column for column, _label, _width in COLUMNS])
+        self.query_one(KeyedTable).sync_rows({name: self._cells(row, name == state.reference)
+                                              for name, row in rows.items()})
         out = [r for r in rows.values() if r.get("state") in ("retired", "skipped", "faulted")]
         busy = sum(1 for r in rows.values() if r.get("state") == "busy")
-        self.border_title = Content.assemble(
+        self.set_titles(Content.assemble(
             f"fleet · {busy}/{len(rows)} busy · ", (f"{waiting} queued", "bold" if waiting else "$text-muted"),
-            (f" · ref {state.reference}" if state.reference else "", "$text-muted"))
-        self.border_subtitle = Content(fmt.shorten(
-            "out of service: " + ", ".join(f"{r.get('slot')} {r.get('state')}" for r in out), 58) if out else "")
+            (f" · ref {state.reference}" if state.reference else "", "$text-muted")), Content(fmt.shorten(
+                "out of service: " + ", ".join(f"{r.get('slot')} {r.get('state')}" for r in out), 58) if out else ""))
 
     def _cells(self, row: Mapping[str, Any], reference: bool) -> list[Text]:
         variables = self.app.theme_variables

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.containers import Vertical
+from textual.content import Content
 
 
 def pane_css(selector: str, focus: str = ":focus-within") -> str:
@@ -22,3 +23,11 @@ class Pane(Vertical):
     """A box with the pane look; a subclass adds only what is its own."""
 
     DEFAULT_CSS = pane_css("Pane")
+
+    def set_titles(self, title: str | Content, subtitle: str | Content) -> None:
+        """Set the border's title and subtitle, each only if it reads differently: Textual repaints the whole pane on
+        every assignment of either, and a pane that redraws on each evaluation would otherwise repaint its border, its
+        other widgets and the containers around it each time for nothing."""
+        for name, value in (("border_title", title), ("border_subtitle", subtitle)):
+            if getattr(self, name) != (value.markup if isinstance(value, Content) else value):
+                setattr(self, name, value)

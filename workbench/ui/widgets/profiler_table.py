@@ -13,11 +13,11 @@ from typing import Any, Mapping
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.content import Content
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from workbench.ui import formatting as fmt
 from workbench.ui.palette import MUTED, theme_style
-from workbench.ui.widgets.keyed_rows import sync_rows
+from workbench.ui.widgets.keyed_table import Column, KeyedTable
 from workbench.ui.widgets.pane import Pane
 
 COLUMNS = (("name", "kernel", 17), ("calls", "calls", 5), ("total_ms", "total ms", 8), ("mean_ms", "mean ms", 7),
@@ -95,12 +95,12 @@ def _metric_name(name: str) -> str:
 
 
 class ProfilerTable(Pane):
-    """Kernel rows changed by key inside one batch_update; hidden while the session has no profile."""
+    """Kernel rows changed by key; hidden while the session has no profile."""
 
     DEFAULT_CSS = """
     ProfilerTable { height: auto; }
     ProfilerTable.-empty { display: none; }
-    ProfilerTable > DataTable { height: auto; max-height: 6; background: $surface; scrollbar-size: 1 1; }
+    ProfilerTable > KeyedTable { height: auto; max-height: 6; background: $surface; scrollbar-size: 1 1; }
     ProfilerTable > #ncu { height: auto; max-height: 4; padding: 0 1; }
     """
 
@@ -110,10 +110,7 @@ class ProfilerTable(Pane):
         """(profile, best profile) objects drawn last; the state replaces the dict on each profile.finished."""
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Text] = DataTable(id="kernels", cursor_type="none", zebra_stripes=True)
-        for key, label, width in COLUMNS:
-            table.add_column(label, key=key, width=width)
-        yield table
+        yield KeyedTable(*(Column(key, label, width) for key, label, width in COLUMNS), id="kernels")
         yield Static("", id="ncu")
 
     def on_mount(self) -> None:
@@ -140,21 +137,16 @@ class ProfilerTable(Pane):
         self.set_class(not rows and not metrics, "-empty")
         best_rows = {r["name"]: r for r in kernel_rows(best or {})}
         cells = {str(r["name"]): self._cells(r, best_rows.get(r["name"])) for r in rows}
-        table: DataTable[Text] = self.query_one(DataTable)
-        with self.app.batch_update():
-            sync_rows(table, cells, [column for column, _label, _width in COLUMNS])
-            # Heaviest kernel first, sorted once per profile; cells hold formatted text, so parse it back.
-            table.sort("total_ms", key=lambda cell: -(_parse_ms(cell.plain) or 0.0))
+        self.query_one(KeyedTable).sync_rows(cells)  # heaviest kernel first, as kernel_rows orders them
         self.query_one("#ncu", Static).update(self._ncu(metrics, ncu_metrics(best or {}), profile))
         attempt = profile.get("attempt")
         against = best.get("attempt") if best else None
-        self.border_title = Content.assemble(
-            f"profile · attempt {attempt}" if attempt is not None else "profile",
-            (f" · Δ vs best #{against}" if against is not None else "", "$text-muted"))
         findings = profile.get("findings")
         first = findings[0].get("message") if isinstance(findings, list) and findings and \
             isinstance(findings[0], Mapping) else None
-        self.border_subtitle = Content(fmt.shorten(str(profile.get("summary") or first or ""), 60))
+        self.set_titles(Content.assemble(f"profile · attempt {attempt}" if attempt is not None else "profile",
+                                         (f" · Δ vs best #{against}" if against is not None else "", "$text-muted")),
+                        Content(fmt.shorten(str(profile.get("summary") or first or ""), 60)))
 
     def _cells(self, row: Mapping[str, Any], best: Mapping[str, Any] | None) -> list[Text]:
         variables = self.app.theme_variables
@@ -203,9 +195,3 @@ class ProfilerTable(Pane):
             parts.append((f" +{hidden} more", "$foreground-muted"))
         return Content.assemble(*parts)
 
-
-def _parse_ms(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
