@@ -194,10 +194,12 @@ def _baseline_name(task) -> str:
     """The baseline's NAME, read without importing it (a baseline may import FLA, which only its process may)."""
     import ast
 
+    from workbench import pyast
+
     path = getattr(task, "baseline", None)
     if path is None or not Path(path).is_file():
         return "reference (no baseline.py)"
-    for node in ast.parse(Path(path).read_text(encoding="utf-8")).body:
+    for node in pyast.parse(Path(path).read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NAME" for t in node.targets):
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 return node.value.value

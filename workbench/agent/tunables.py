@@ -7,6 +7,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from workbench import pyast
+
 
 class TunablesError(ValueError):
     """The kernel declares no usable TUNABLES/CONFIG (message names the line)."""
@@ -38,7 +40,7 @@ def read_declared(source: str) -> Declared:
         TunablesError: either is missing, not a literal, or CONFIG names a value outside TUNABLES.
     """
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as exc:
         raise TunablesError(f"line {exc.lineno}: {exc.msg}") from exc
     found = {}

@@ -6,13 +6,13 @@ changes while it is evaluated, and the sha256 in the result is theirs.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench import pyast
 from workbench.evaluator.errors import EvalUsageError
 from workbench.evaluator.guards import check_static
 from workbench.evaluator.guards.static import jit_functions
@@ -83,7 +83,7 @@ def submit(task: "Task", file: Path | str, device: str, seeds: int, *, static_gu
 
     try:
         source = data.decode("utf-8")
-        tree = ast.parse(source, filename=str(path))
+        tree = pyast.parse(source, filename=str(path))
     except UnicodeDecodeError as exc:
         return early("compile_error", f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     except SyntaxError as exc:

@@ -8,10 +8,10 @@ same provenance rule (only the candidate's own Triton kernels, plus memory house
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench import pyast
 from workbench.profiler import kernels, ncu
 
 DURATION_METRIC = "gpu__time_duration.sum"
@@ -22,7 +22,7 @@ def jit_names(source: str) -> list[str]:
     """Names of the @triton.jit functions a candidate defines (what its kernels may be called)."""
     from workbench.evaluator.guards.static import jit_functions
 
-    return jit_functions(ast.parse(source))
+    return jit_functions(pyast.parse(source))
 
 
 def check(task: str, file: str | Path, shape: str, *, timeout_s: float = 180.0, gpu: str | None = None,

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench import pyast
 from workbench.tasks import templates
 from workbench.tasks.model import TaskError
 from workbench.tasks.scaffold import Spec
@@ -108,7 +109,7 @@ def check_definition(data: Any, where: str = "definition") -> dict[str, Any]:
     if set(data["inputs"]) & set(data["outputs"]):
         raise _fail(f"{where}.outputs", "input and output names must not overlap")
     try:
-        tree = ast.parse(data["reference"])
+        tree = pyast.parse(data["reference"])
     except SyntaxError as exc:
         raise _fail(f"{where}.reference", f"not valid Python: {exc.msg} (line {exc.lineno})") from None
     if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):

@@ -12,6 +12,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from workbench import pyast
 from workbench.tasks import probe, templates
 from workbench.tasks.model import TaskError
 from workbench.tasks.scaffold import Spec
@@ -71,7 +72,7 @@ def _function(path: Path, name: str, flag: str):
 def output_names(path: Path, func: str) -> list[str]:
     """Names for the outputs from the function's return statement (`return o, lse`), or [] when it has none."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = pyast.parse(path.read_text(encoding="utf-8"))
     except SyntaxError:
         return []
     for node in tree.body:

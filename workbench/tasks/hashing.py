@@ -13,6 +13,8 @@ import hashlib
 from pathlib import Path
 from typing import TypedDict
 
+from workbench import pyast
+
 ORACLE_FILES = ("task.toml", "reference.py", "baseline.py")
 """The files that define the oracle, when present (baseline.py is optional)."""
 HASH_VERSION = 1
@@ -31,7 +33,7 @@ class TaskHash(TypedDict):
 def _sibling_imports(path: Path) -> set[str]:
     """Modules of the same folder that a Python file imports (`import x`, `from x import y`, importlib by name)."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = pyast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (SyntaxError, UnicodeDecodeError, OSError):
         return set()
     names: set[str] = set()

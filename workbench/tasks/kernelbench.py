@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from workbench import pyast
 from workbench.tasks import probe, templates
 from workbench.tasks.model import TaskError
 from workbench.tasks.scaffold import SMALL_PARAM, Spec
@@ -197,7 +198,7 @@ def spec_from_file(path: Path, name: str, command: str) -> Spec:
 
     try:
         source = path.read_text(encoding="utf-8")
-        tree = ast.parse(source, filename=str(path))
+        tree = pyast.parse(source, filename=str(path))
     except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         raise TaskError(f"{path}: cannot read it as Python ({probe.describe(exc)})") from None
     top = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}

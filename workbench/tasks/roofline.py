@@ -6,6 +6,8 @@ import ast
 import math
 from typing import Any, Mapping
 
+from workbench import pyast
+
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8,
     "float32": 4,
@@ -61,7 +63,7 @@ def parse(expr: str) -> ast.Expression:
     if not isinstance(expr, str) or not expr.strip():
         raise ExpressionError("must be a non-empty string")
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
+        tree = pyast.parse(expr.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"invalid expression: {exc.msg}") from None
     for node in ast.walk(tree):

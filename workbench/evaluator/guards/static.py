@@ -13,6 +13,8 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
+from workbench import pyast
+
 if TYPE_CHECKING:
     from workbench.tasks import Task
 
@@ -363,7 +365,7 @@ def check_static(task: "Task", source: str, filename: str = "<candidate>", tree:
         SyntaxError: the source does not parse (callers report it as a compile error first).
     """
     if tree is None:
-        tree = ast.parse(source, filename=filename)
+        tree = pyast.parse(source, filename=filename)
     visitor = _Visitor(list(task.forbidden_imports), set(task.forbidden_torch_ops))
     visitor.collect_aliases(tree)
     visitor.visit(tree)
