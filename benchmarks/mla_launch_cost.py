@@ -8,9 +8,7 @@ import dataclasses
 import json
 import os
 import pathlib
-import statistics
 import sys
-import time
 
 sys.path.insert(0, "kernels/mla_decode")
 import torch  # noqa: E402
@@ -19,36 +17,13 @@ import triton.language as tl  # noqa: E402
 
 import mla_splitkv as k  # noqa: E402
 import reference  # noqa: E402
+from mla_host import interleaved  # noqa: E402
 
 
 @triton.jit
 def _tiny(x, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(x + i, tl.load(x + i, mask=i < n) + 1, mask=i < n)
-
-
-def block(fn, n: int, synced: bool) -> float:
-    """us per call of n back-to-back calls; synced: with the GPU's time (a sync at the end)."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    if synced:
-        torch.cuda.synchronize()
-    us = (time.perf_counter() - t0) / n * 1e6
-    torch.cuda.synchronize()
-    return us
-
-
-def interleaved(fns: dict, n: int, synced: bool, rounds: int = 11) -> dict:
-    """Median us per call of each fn, one block of each per round."""
-    for fn in fns.values():
-        block(fn, 50, synced)
-    seen = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            seen[name].append(block(fn, n, synced))
-    return {name: round(statistics.median(v), 2) for name, v in seen.items()}
 
 
 def main() -> int:
