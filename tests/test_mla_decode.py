@@ -611,6 +611,22 @@ def test_warm_calls_launch_raw_on_the_current_stream_unless_a_hook_is_set(monkey
     assert plan.raw["gluon"] is None and not plan.direct and len(stage1.raw) == 2 and len(stage1.warm) == 2
 
 
+def test_hooks_idle_only_without_any_launch_hook(monkeypatch):
+    """Raw launches skip Triton's launch hooks, so they are taken only while no hook would run: none set, or empty
+    hook chains (Triton 3.6's default). A chain with a hook in it, or a plain function set as the hook, is busy."""
+    runtime = OURS.triton.knobs.runtime
+    chain = type(runtime.launch_enter_hook)
+    for enter, leave, idle in [(None, None, True), (chain(), chain(), True), (print, None, False),
+                               (None, print, False)]:
+        monkeypatch.setattr(runtime, "launch_enter_hook", enter)
+        monkeypatch.setattr(runtime, "launch_exit_hook", leave)
+        assert OURS._hooks_idle() is idle, (enter, leave)
+    busy = chain()
+    busy.add(print)
+    monkeypatch.setattr(runtime, "launch_enter_hook", busy)
+    assert not OURS._hooks_idle()
+
+
 def test_calls_of_changing_shapes_stay_right_on_the_interpreter():
     """The plan cache under real kernels: shapes, layouts and caches alternate call by call, each checked."""
     cases = [RAGGED, {"B": 2, "H": 4, "N": 37}, {**PAGED, "page_size": 16}, RAGGED, {**PAGED, "page_size": 1}]
