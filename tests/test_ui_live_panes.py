@@ -496,6 +496,25 @@ async def test_a_new_attempt_keeps_the_persons_cursor_and_scroll_in_the_source_v
         assert editor.cursor_location == (0, 0) and editor.scroll_offset.y == 30
 
 
+async def test_the_kernel_pane_redrawn_with_nothing_new_is_not_repainted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tick redraws the kernel pane whenever events arrive; the same attempt, verdict and view again must not
+    repaint it (its titles are set only when they change), and a new best mark must."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        kernel = live_screen(app).query_one(KernelView)
+        state = app.state
+        current = state.current
+        assert current is not None
+        repaints: list[tuple[Any, ...]] = []
+        monkeypatch.setattr(kernel, "refresh", lambda *regions, **kw: repaints.append(regions))
+        kernel.show(current, best=state.best, attempts=state.attempts, evaluating=kernel.evaluating)
+        assert repaints == []
+        other_best = None if state.best == current.n else current.n
+        kernel.show(current, best=other_best, attempts=state.attempts, evaluating=kernel.evaluating)
+        assert len(repaints) == 1 and ("★ best" in str(kernel.border_title)) == (other_best == current.n)
+
+
 async def test_a_pane_is_repainted_for_new_titles_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Setting a border title repaints the whole pane: the tables' panes set theirs on every redraw, so the same
     titles again must not repaint the pane."""

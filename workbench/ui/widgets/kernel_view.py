@@ -175,10 +175,11 @@ class KernelView(Pane):
                 subtitle = f"diff from {role} #{other.n} · +{added} −{removed} lines · d: next view"
             else:
                 subtitle = f"diff vs {role} · d: next view"
-        self._title(attempt)
-        self.border_subtitle = Content(subtitle)
+        # Only new titles: the tick redraws this pane whenever any event arrives, and each assignment would repaint
+        # the whole pane, the editor's lines included (about 3 ms of the main thread a time).
+        self.set_titles(self._title(attempt), Content(subtitle))
 
-    def _title(self, attempt: Attempt) -> None:
+    def _title(self, attempt: Attempt) -> Content:
         parent = f" ← {attempt.parent}" if attempt.parent is not None else ""
         if attempt.verdict is None:
             waiting = "evaluating…" if self.evaluating else "no result" if attempt.eval_error else "not evaluated yet"
@@ -192,4 +193,4 @@ class KernelView(Pane):
         # Agent attempts are the rule; a person's edit and the starting kernel are worth the room in a narrow title.
         author = {"agent": "", "start": " · starting kernel"}.get(attempt.author, f" · {attempt.author}")
         # Content, not a str: border titles parse markup, and notes are free text.
-        self.border_title = Content.assemble(f"kernel · attempt {attempt.n}{parent}{author} · ", result, star, view)
+        return Content.assemble(f"kernel · attempt {attempt.n}{parent}{author} · ", result, star, view)
