@@ -166,8 +166,6 @@ def main() -> int:
     impls["auto"]()
     plan.raw["gluon"] = raw
     head, largs = captured["args"][:13], captured["args"][13:]
-    stream = torch.cuda.current_stream().cuda_stream
-    o, lse = impls["auto"]()
     index = q.device.index
     shape_o, shape_l = (1, 64, 512), (1, 64)
     pieces = {
@@ -182,8 +180,8 @@ def main() -> int:
             torch.empty(shape_l, dtype=torch.float32, device=index)),
         "q.new_empty o + lse": lambda: (q.new_empty(shape_o), q.new_empty(shape_l, dtype=torch.float32)),
         "floor: two allocations, raw stream, raw launch": lambda: (
-            torch.empty(shape_o, dtype=torch.bfloat16, device=index),
-            torch.empty(shape_l, dtype=torch.float32, device=index),
+            torch.empty(1, 64, 512, dtype=torch.bfloat16, device=q.device),
+            torch.empty(1, 64, dtype=torch.float32, device=q.device),
             raw.launch(*head[:3], torch._C._cuda_getCurrentRawStream(index), *head[4:], *largs)),
         "_plan_for": lambda: k._plan_for(q, kv, sl, None, 0, None),
         "_hooks_idle()": k._hooks_idle,
