@@ -179,7 +179,12 @@ def main() -> int:
             torch.empty(shape_o, dtype=torch.bfloat16, device=index),
             torch.empty(shape_l, dtype=torch.float32, device=index)),
         "q.new_empty o + lse": lambda: (q.new_empty(shape_o), q.new_empty(shape_l, dtype=torch.float32)),
-        "floor: two allocations, raw stream, raw launch": lambda: (
+        "torch.empty_like o + lse (the plan's templates)": lambda: (torch.empty_like(plan.outputs_like[0]),
+                                                                     torch.empty_like(plan.outputs_like[1])),
+        "floor: two allocations like forward's, raw stream, raw launch": lambda: (
+            torch.empty_like(plan.outputs_like[0]), torch.empty_like(plan.outputs_like[1]),
+            raw.launch(*head[:3], torch._C._cuda_getCurrentRawStream(index), *head[4:], *largs)),
+        "floor with torch.empty (session 29's)": lambda: (
             torch.empty(1, 64, 512, dtype=torch.bfloat16, device=q.device),
             torch.empty(1, 64, dtype=torch.float32, device=q.device),
             raw.launch(*head[:3], torch._C._cuda_getCurrentRawStream(index), *head[4:], *largs)),

@@ -569,10 +569,16 @@ def test_warm_calls_launch_raw_on_the_current_stream_unless_a_hook_is_set(monkey
     _caching_plans(monkeypatch)
     inputs = REF.make_inputs({"B": 1, "H": 64, "N": 512}, 37, "cpu")
     cfg = {"MERGE": merge, "DESC": "device"}
-    OURS.forward(**inputs, config=cfg)
+    first = OURS.forward(**inputs, config=cfg)
     o, lse = OURS.forward(**inputs, config=cfg)
     (plan,) = OURS._PLANS.values()
     assert plan.fused == fused and plan.launches == (1 if fused else 2)
+    # The direct call's outputs (empty_like of the plan's templates) are fresh, contiguous and of forward's types.
+    for new, old in zip((o, lse), first):
+        assert (new.shape, new.dtype, new.stride()) == (old.shape, old.dtype, old.stride()) and new.is_contiguous()
+        assert new.untyped_storage().nbytes() == old.untyped_storage().nbytes()
+        assert new.data_ptr() not in (o_.data_ptr() for o_ in first)
+    assert o.shape == (1, 64, 512) and lse.shape == (1, 64) and lse.dtype == torch.float32
     assert plan.direct and not stage1.warm and not stage2.warm and streams == [torch.device("cpu")]
     assert len(stage1.raw) == 1 and len(stage2.raw) == (0 if fused else 1)
     grid, stream, function, cooperative, pdl, scratch, rest, params = stage1.raw[0]

@@ -1024,6 +1024,14 @@ class _Plan:
         """The address of the partials' buffer of eager calls (_scratch)."""
         return _scratch(self, False).data_ptr()
 
+    @functools.cached_property
+    def outputs_like(self) -> tuple:
+        """Templates of o and lse for a direct call's torch.empty_like, which parses less than torch.empty: one
+        element each, expanded to the outputs' shapes (stride 0), so that empty_like makes them contiguous. Made on
+        a direct call, never inside a capture (a graph's pool would hold them)."""
+        o = torch.empty(1, dtype=self.dtype, device=self.device).expand(self.batch, self.heads, D_LATENT)
+        return o, torch.empty(1, dtype=torch.float32, device=self.device).expand(self.batch, self.heads)
+
     @property
     def ready(self) -> bool:
         """Whether every launch of a call has its compiled kernel, so the call can use addresses throughout."""
@@ -1305,11 +1313,17 @@ def _launch_tl_stage1(plan: _Plan, q, kv_cache, cache_seqlens, block_table, qk_s
 
 def _launch_merge(plan: _Plan, cache_seqlens, o, lse, o_part, lse_part, pdl: bool, stream=None) -> None:
     """Stage 2: the splits' partials merged into o and lse."""
-    grid, block_m, block_s, block_d, warps = plan.merge_launch
-    args = (o_part, lse_part, cache_seqlens, o, lse, plan.split_len, plan.heads * D_LATENT, D_LATENT, plan.heads,
-            plan.batch * plan.heads, plan.splits, D_LATENT, block_m, block_s, block_d, pdl)
+    grid, warps = plan.merge_launch[0], plan.merge_launch[4]
     options = {"num_warps": warps, **({"launch_pdl": True} if pdl else {})}
-    _launch(plan, "merge", _mla_merge_splits, grid, args, options, stream)
+    _launch(plan, "merge", _mla_merge_splits, grid, _merge_args(plan, cache_seqlens, o, lse, o_part, lse_part, pdl),
+            options, stream)
+
+
+def _merge_args(plan: _Plan, cache_seqlens, o, lse, o_part, lse_part, pdl: bool) -> tuple:
+    """_mla_merge_splits's arguments, in order."""
+    block_m, block_s, block_d = plan.merge_launch[1:4]
+    return (o_part, lse_part, cache_seqlens, o, lse, plan.split_len, plan.heads * D_LATENT, D_LATENT, plan.heads,
+            plan.batch * plan.heads, plan.splits, D_LATENT, block_m, block_s, block_d, pdl)
 
 
 def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse, o_part, lse_part,
@@ -1336,11 +1350,24 @@ def _run(plan: _Plan, q, kv_cache, cache_seqlens, block_table, sm_scale, o, lse,
 
 def _direct(plan: _Plan, addresses: tuple, block_table, sm_scale, o: torch.Tensor, lse: torch.Tensor) -> None:
     """A direct plan's eager call (plan.direct, no hook, not capturing): _run's launches, raw on the current
-    stream, with the partials' address kept on the plan."""
+    stream, with the partials' address kept on the plan. A Gluon plan's (the Hopper path) are made here without
+    _run's layers, from the same argument builders: about 1 us of an M1 call's host time."""
+    stream = _current_stream(plan.device)
     o, lse = o.data_ptr(), lse.data_ptr()
     o_part, lse_part = (o, lse) if plan.single else (plan.scratch_ptr, plan.scratch_ptr + plan.lse_offset)
-    _run(plan, *addresses, None if block_table is None else block_table.data_ptr(), sm_scale, o, lse, o_part,
-         lse_part, _current_stream(plan.device))
+    block_table = None if block_table is None else block_table.data_ptr()
+    if not plan.gluon:
+        _run(plan, *addresses, block_table, sm_scale, o, lse, o_part, lse_part, stream)
+        return
+    q, kv_cache, cache_seqlens = addresses
+    pdl = plan.pdl
+    sync = _sync_slot(plan, True) if plan.fused else None
+    descs = (q, kv_cache, o_part) if plan.device_desc else _descriptor_set(plan, q, kv_cache, o_part)
+    _raw_call(plan, plan.raw["gluon"], stream, _gluon_args(plan, descs, cache_seqlens, block_table,
+                                                          float(sm_scale) * LOG2E, o_part, lse_part, sync, o, lse,
+                                                          pdl))
+    if plan.launches == 2:
+        _raw_call(plan, plan.raw["merge"], stream, _merge_args(plan, cache_seqlens, o, lse, o_part, lse_part, pdl))
 
 
 def _scratch(plan: _Plan, capturing: bool) -> torch.Tensor:
@@ -1422,12 +1449,14 @@ def forward(q, kv_cache, cache_seqlens, sm_scale, block_table=None, num_splits: 
     capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
     addresses = (q.data_ptr(), kv_cache.data_ptr(), cache_seqlens.data_ptr())
     plan = _plan_for(q, kv_cache, cache_seqlens, block_table, num_splits, config, capturing, addresses)
+    if plan.direct and not capturing and _hooks_idle():
+        o_like, lse_like = plan.outputs_like
+        o, lse = torch.empty_like(o_like), torch.empty_like(lse_like)
+        _direct(plan, addresses, block_table, sm_scale, o, lse)
+        return o, lse
     device = plan.device
     o = torch.empty(plan.batch, plan.heads, D_LATENT, dtype=plan.dtype, device=device)
     lse = torch.empty(plan.batch, plan.heads, dtype=torch.float32, device=device)
-    if plan.direct and not capturing and _hooks_idle():
-        _direct(plan, addresses, block_table, sm_scale, o, lse)
-        return o, lse
     if not plan.ready:
         o_part, lse_part = (o, lse) if plan.single else partial_buffers(plan.batch, plan.heads, plan.splits, device,
                                                                         plan.dtype)
