@@ -369,3 +369,22 @@ async def test_eval_table_gains_a_graph_column_when_an_evaluation_has_graph_time
         assert "graph_speedup" in table.columns
         assert table.get_cell("K1", "graph_speedup").plain == fmt.speedup(1.472)
         assert table.get_cell("K7", "graph_speedup").plain == fmt.DASH
+
+
+async def test_screen_keys_reach_the_screen_whichever_pane_has_focus() -> None:
+    """With the read-only kernel editor focused (a click on the kernel pane), `f` and `d` still cycle the log's
+    filter and the kernel view: the editor takes no typed keys."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        screen = live_screen(app)
+        kernel, log = screen.query_one(KernelView), screen.query_one(EventLog)
+        screen.query_one("#kernel-source", TextArea).focus()
+        await pilot.pause()
+        view, shown = kernel.view, log.filter
+        await pilot.press("f")
+        await pilot.pause()
+        assert log.filter != shown and isinstance(app.focused, TextArea)
+        await pilot.press("d")
+        await pilot.pause()
+        assert kernel.view != view

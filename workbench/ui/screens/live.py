@@ -40,26 +40,29 @@ PANE_GROUPS = ("kernel", "evaluation", "side")
 pane, the evaluation table, and the rest of the side column with the metrics line (fleet, profile, memory)."""
 
 
+def _screen_key(key: str, action: str, description: str, binding_id: str, tooltip: str) -> Binding:
+    """One of the screen's keys, with priority: Textual finds it on its first pass over the bindings instead of
+    offering the key to the focused widget and its ancestors first. Nothing on this screen takes typed text (the
+    kernel pane is read-only)."""
+    return Binding(key, action, description, id=binding_id, priority=True, tooltip=tooltip)
+
+
 class LiveScreen(Screen[None]):
     """Kernel, latest evaluation and profile, goal and memory, event log, status and metrics lines for one session."""
 
     CSS_PATH = "live.tcss"
 
     BINDINGS = [
-        # Priority: Textual finds these on its first pass over the bindings instead of offering the key to the focused
-        # widget and its ancestors first. Nothing on this screen takes typed text (the kernel pane is read-only).
-        Binding("n", "nudge", "Nudge", id="nudge", priority=True,
-                tooltip="Send the agent a hint; it reads it at the next step boundary"),
-        Binding("p", "toggle_pause", "Pause/Resume", id="pause", priority=True,
-                tooltip="Pause the agent at the next step boundary, or resume it"),
-        Binding("r", "profile", "Profile", id="profile", priority=True,
-                tooltip="Ask the agent to profile the current attempt at the next step boundary"),
-        Binding("d", "cycle_kernel_view", "Diff", id="kernel.diff", priority=True,
-                tooltip="Kernel pane: source, diff against the parent, diff against the best"),
-        Binding("f", "cycle_filter", "Filter", id="events.filter", priority=True,
-                tooltip="Event log: all, attempts and evaluations, tools, nudges and errors"),
-        Binding("l", "list_events", "Events", id="events.list", priority=True,
-                tooltip="List the recent events and open any of them whole"),
+        _screen_key("n", "nudge", "Nudge", "nudge", "Send the agent a hint; it reads it at the next step boundary"),
+        _screen_key("p", "toggle_pause", "Pause/Resume", "pause",
+                    "Pause the agent at the next step boundary, or resume it"),
+        _screen_key("r", "profile", "Profile", "profile",
+                    "Ask the agent to profile the current attempt at the next step boundary"),
+        _screen_key("d", "cycle_kernel_view", "Diff", "kernel.diff",
+                    "Kernel pane: source, diff against the parent, diff against the best"),
+        _screen_key("f", "cycle_filter", "Filter", "events.filter",
+                    "Event log: all, attempts and evaluations, tools, nudges and errors"),
+        _screen_key("l", "list_events", "Events", "events.list", "List the recent events and open any of them whole"),
     ]
 
     @dataclass
