@@ -1,7 +1,9 @@
 """A user's eager decode loop at M1 (B=1 H=64 N=8192): 1000 calls of forward, then a sync, timed as wall us per call,
 ours against another kernel file (--before DIR, main's), the two alternating for 15 rounds after 200 warm calls each.
-Unlike mla_host.py, nothing else runs between the blocks. Run from the repo root on a CUDA machine:
-python3 benchmarks/mla_eager_loop.py --before DIR (prints one JSON line)."""
+Unlike mla_host.py, nothing else runs between the blocks. Then the same eager calls as the issue's independent
+harness times them: triton's do_bench (L2 flushed before each call, CUDA events around it, median), with the plain
+PyTorch form beside them. Run from the repo root on a CUDA machine: python3 benchmarks/mla_eager_loop.py --before
+DIR (prints one JSON line)."""
 import argparse
 import importlib.util
 import json
@@ -12,7 +14,9 @@ import time
 
 sys.path.insert(0, "kernels/mla_decode")
 import torch  # noqa: E402
+import triton  # noqa: E402
 
+import baseline  # noqa: E402
 import mla_splitkv as k  # noqa: E402
 import reference  # noqa: E402
 
@@ -40,8 +44,15 @@ def main() -> int:
                 fn()
             torch.cuda.synchronize()
             seen[name].append((time.perf_counter() - t0) * 1e3)  # ms per 1000 calls = us per call
-    print(json.dumps({name: {"median_us": round(statistics.median(v), 2), "min": round(min(v), 2),
-                             "max": round(max(v), 2)} for name, v in seen.items()}))
+    result = {name: {"median_us": round(statistics.median(v), 2), "min": round(min(v), 2), "max": round(max(v), 2)}
+              for name, v in seen.items()}
+    impls["plain"] = lambda: baseline.plain(*call)
+    bench = {name: [] for name in impls}
+    for _ in range(3):
+        for name, fn in impls.items():
+            bench[name].append(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3)
+    result["do_bench_us"] = {name: round(statistics.median(v), 2) for name, v in bench.items()}
+    print(json.dumps(result))
     return 0
 
 
