@@ -26,6 +26,7 @@ from textual.strip import Strip
 
 from workbench.ui.formatting import EVENT_FILTERS, event_line, filter_label
 from workbench.ui.palette import MUTED, theme_style
+from workbench.ui.row_frame import RowFrame, edge_key, frame_key, learn_frame
 from workbench.ui.widgets.pane import pane_css
 
 _TYPE_VARIABLE = {
@@ -56,6 +57,10 @@ BAR_CACHE = 32
 STRIP_CACHE = 1024
 """Rendered lines kept (by text and window): several screens of every filter, so cycling the filter renders nothing
 new."""
+
+
+EDGE_CACHE = 8
+"""Border rows kept: the top row for a few filters' titles and the bottom row for the latest counts."""
 
 
 class EventHighlighter(Highlighter):
@@ -154,6 +159,10 @@ class EventLog(ScrollView, can_focus=True):
         """(line text, scroll x, width) -> its strip as shown, in the current style; emptied when the style changes."""
         self._line_style: Style | None = None
         """The widget's style while render_lines runs (render_line reads it instead of walking the DOM per line)."""
+        self._frame: RowFrame | None = None
+        """How Textual's styles pipeline draws a content row in the current styles (learned by _row_frame)."""
+        self._edges: LRUCache[tuple[Any, ...], Strip] = LRUCache(EDGE_CACHE)
+        """(border row, edge_key) -> the row as Textual drew it; emptied with a new frame or a style change."""
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
@@ -189,6 +198,7 @@ class EventLog(ScrollView, can_focus=True):
         """The style changed (theme, focus): the cached lines carry the old one."""
         super().notify_style_update()
         self._strips.clear()
+        self._edges.clear()
 
     def _describe(self) -> None:
         shown = "" if self.filter == "all" else f" · filter: {filter_label(self.filter)} (f)"
@@ -253,21 +263,65 @@ class EventLog(ScrollView, can_focus=True):
         self.refresh()
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """Read the widget's style once for the lines of one render, not once per line (it walks the ancestors)."""
-        self._line_style = self.rich_style
+        """The rows in `crop`: content rows put together from the kept strips through the learned RowFrame, border rows
+        kept per title; Textual's path (StylesCache) when no frame applies (selected text, styles beyond borders).
+
+        The widget's style is read once for the lines of one render, not once per line (it walks the ancestors)."""
+        self._line_style = style = self.rich_style
         try:
-            return super().render_lines(crop)
+            frame = self._row_frame(style)
+            if frame is None:
+                return super().render_lines(crop)
+            top = frame.rows.start
+            strips = [frame.row(*self._content(y - top, style)) if y in frame.rows else self._edge(frame, y)
+                      for y in crop.line_range]
+            if crop.column_span != (0, frame.width):
+                x1, x2 = crop.column_span
+                strips = [strip.crop(x1, x2) for strip in strips]
+            return strips
         finally:
             self._line_style = None
 
+    def _row_frame(self, style: Style) -> RowFrame | None:
+        """The frame for the current styles, learned from one row Textual draws when they change; None for Textual's
+        path: text is selected (its styles are not kept), the styles need more than borders, or the frame did not
+        reproduce Textual's row."""
+        if self.text_selection is not None:
+            return None
+        key = frame_key(self)
+        if key is None:
+            return None
+        frame = self._frame
+        if frame is None or frame.key != key:
+            top = self.styles.gutter.top
+            if top >= self.region.height - self.styles.gutter.bottom:
+                return None
+            drawn = super().render_lines(Region(0, top, self.region.width, 1))[0]
+            frame = self._frame = learn_frame(self, key, drawn, *self._content(0, style))
+            self._edges.clear()
+        return frame if frame.matches else None
+
+    def _edge(self, frame: RowFrame, y: int) -> Strip:
+        """Border row `y` as Textual draws it, kept per title, subtitle and their styles."""
+        key = (y, edge_key(self))
+        strip = self._edges.get(key)
+        if strip is None:
+            strip = self._edges[key] = super().render_lines(Region(0, y, frame.width, 1))[0]
+        return strip
+
     def render_line(self, y: int) -> Strip:
+        strip, offsets = self._content(y, self._line_style if self._line_style is not None else self.rich_style)
+        return strip if offsets is None else strip.apply_offsets(*offsets)
+
+    def _content(self, y: int, style: Style) -> tuple[Strip, tuple[int, int] | None]:
+        """Content line `y` of the window, before the styles pipeline: its strip and the selection offsets (x, y) its
+        segments get (none for the blank rows below the last line)."""
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        style = self._line_style if self._line_style is not None else self.rich_style
         if index >= len(self._lines):
-            return Strip.blank(width, style)
-        return self._strip(index, style, scroll_x, width).apply_offsets(scroll_x, index)
+            return Strip.blank(width, style), None
+        return self._strip(index, style, scroll_x, width), (scroll_x, index)
 
     def _strip(self, index: int, style: Style, scroll_x: int, width: int) -> Strip:
         """Line `index` as the window shows it (from `scroll_x`, `width` cells); from the cache unless text is selected
