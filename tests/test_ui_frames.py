@@ -168,6 +168,12 @@ async def test_the_log_draws_the_rows_textual_draws_without_its_styles_pipeline(
         await check("resized")
         screen.focus_next()
         await check("blurred")
+        log.styles.background = "#203040"
+        await check("a background set in code, nothing else changed")
+        log.styles.border_subtitle_color = "#ff8000"
+        await check("a subtitle colour set in code")
+        log.styles.padding = (0, 1)
+        await check("padding (Textual's path)", pipeline=True)
 
 
 def test_the_front_end_raises_the_frame_cap_unless_the_environment_sets_one() -> None:
