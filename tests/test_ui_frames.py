@@ -90,16 +90,18 @@ async def test_a_log_frame_renders_only_the_log_and_what_overlaps_it() -> None:
 
 
 def textual_rows(log: EventLog, crop: Region) -> list[Strip]:
-    """The log's rows in `crop` drawn by Textual's own path (every row through StylesCache, nothing kept)."""
+    """The log's rows in `crop` drawn by Textual's own path from nothing kept (every line highlighted again, every row
+    through StylesCache)."""
+    log.notify_style_update()
     log.refresh()
     return Widget.render_lines(log, crop)
 
 
-def styled_rows(log: EventLog, crops: list[Region]) -> tuple[list[list[Strip]], int]:
-    """The log's own rows for each crop (the second time: the first learns the frame and draws the borders), and how
-    many times that second pass went to Textual's path."""
-    for crop in crops:
-        log.render_lines(crop)
+def styled_rows(log: EventLog, crops: list[Region]) -> tuple[list[list[Strip]], list[list[Strip]], int]:
+    """The log's own rows for each crop twice: first with what it kept from the state before (the first crop learns
+    the frame and draws the borders if the styles changed), then with what it keeps now; and how many times the second
+    pass went to Textual's path."""
+    first = [log.render_lines(crop) for crop in crops]
     calls = [0]
     render_widget = StylesCache.render_widget
 
@@ -109,7 +111,7 @@ def styled_rows(log: EventLog, crops: list[Region]) -> tuple[list[list[Strip]], 
 
     StylesCache.render_widget = counted  # type: ignore[method-assign]
     try:
-        return [log.render_lines(crop) for crop in crops], calls[0]
+        return first, [log.render_lines(crop) for crop in crops], calls[0]
     finally:
         StylesCache.render_widget = render_widget  # type: ignore[method-assign]
 
@@ -137,12 +139,15 @@ async def test_the_log_draws_the_rows_textual_draws_without_its_styles_pipeline(
             width, height = log.region.size
             crops = [Region(0, 0, width, height), Region(0, 1, width, height - 2), Region(0, 3, width, 2),
                      Region(5, 0, 40, height), Region(width - 3, height - 1, 3, 1), Region(0, 0, width, 1)]
-            ours, through_pipeline = styled_rows(log, crops)
-            for crop, rows in zip(crops, ours):
-                theirs = textual_rows(log, crop)
-                assert [list(row) for row in rows] == [list(row) for row in theirs], (state, crop)
+            first, ours, through_pipeline = styled_rows(log, crops)
+            for crop, before, rows in zip(crops, first, ours):
+                theirs = [list(row) for row in textual_rows(log, crop)]
+                assert [list(row) for row in before] == theirs, (state, crop, "from what was kept before")
+                assert [list(row) for row in rows] == theirs, (state, crop)
                 assert [row.cell_length for row in rows] == [crop.width] * crop.height, (state, crop)
             assert (through_pipeline > 0) == pipeline, (state, through_pipeline)
+            for crop in crops:  # keep this state's rows for the next state's first pass
+                log.render_lines(crop)
 
         await check("the tail, all events")
         await pilot.press("f")
@@ -170,6 +175,8 @@ async def test_the_log_draws_the_rows_textual_draws_without_its_styles_pipeline(
         await check("blurred")
         log.styles.background = "#203040"
         await check("a background set in code, nothing else changed")
+        log.styles.color = "#80ff80"
+        await check("a text colour set in code")
         log.styles.border_subtitle_color = "#ff8000"
         await check("a subtitle colour set in code")
         log.styles.padding = (0, 1)

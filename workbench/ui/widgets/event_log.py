@@ -155,12 +155,16 @@ class EventLog(ScrollView, can_focus=True):
         self._width = 0
         """Cells of the widest event received, shown or not: the virtual width (the view scrolls sideways). It does not
         change with the filter, so a filter key leaves the horizontal scrollbar as it is."""
-        self._strips: LRUCache[tuple[str, int, int], Strip] = LRUCache(STRIP_CACHE)
-        """(line text, scroll x, width) -> its strip as shown, in the current style; emptied when the style changes."""
+        self._strips: LRUCache[tuple[str, int, int, Style], Strip] = LRUCache(STRIP_CACHE)
+        """(line text, scroll x, width, style) -> its strip as shown; emptied when the style changes (the highlighter's
+        theme colours are not in the key)."""
         self._line_style: Style | None = None
         """The widget's style while render_lines runs (render_line reads it instead of walking the DOM per line)."""
         self._frame: RowFrame | None = None
         """How Textual's styles pipeline draws a content row in the current styles (learned by _row_frame)."""
+        self._rows: LRUCache[tuple[str | None, int, int, Style, int], Strip] = LRUCache(STRIP_CACHE)
+        """(line text or None for a blank row, scroll x, width, style, line index) -> the row as the frame draws it
+        (filtered, offsets applied, in its borders); emptied with a new frame or a style change."""
         self._edges: LRUCache[tuple[Any, ...], Strip] = LRUCache(EDGE_CACHE)
         """(border row, edge_key) -> the row as Textual drew it; emptied with a new frame or a style change."""
 
@@ -198,6 +202,7 @@ class EventLog(ScrollView, can_focus=True):
         """The style changed (theme, focus): the cached lines carry the old one."""
         super().notify_style_update()
         self._strips.clear()
+        self._rows.clear()
         self._edges.clear()
 
     def _describe(self) -> None:
@@ -272,8 +277,9 @@ class EventLog(ScrollView, can_focus=True):
             frame = self._row_frame(style)
             if frame is None:
                 return super().render_lines(crop)
-            top = frame.rows.start
-            strips = [frame.row(*self._content(y - top, style)) if y in frame.rows else self._edge(frame, y)
+            rows, (scroll_x, scroll_y), width = frame.rows, self.scroll_offset, self.size.width
+            top = scroll_y - rows.start
+            strips = [self._row(frame, style, scroll_x, top + y, width) if y in rows else self._edge(frame, y)
                       for y in crop.line_range]
             if crop.column_span != (0, frame.width):
                 x1, x2 = crop.column_span
@@ -298,8 +304,22 @@ class EventLog(ScrollView, can_focus=True):
                 return None
             drawn = super().render_lines(Region(0, top, self.region.width, 1))[0]
             frame = self._frame = learn_frame(self, key, drawn, *self._content(0, style))
+            self._rows.clear()
             self._edges.clear()
         return frame if frame.matches else None
+
+    def _row(self, frame: RowFrame, style: Style, scroll_x: int, index: int, width: int) -> Strip:
+        """Line `index` (or a blank row past the last) as the frame draws it, kept with the window and the style."""
+        line = self._lines[index] if index < len(self._lines) else None
+        key = (line, scroll_x, width, style, index)
+        row = self._rows.get(key)
+        if row is None:
+            if line is None:
+                row = frame.row(Strip.blank(width, style), None)
+            else:
+                row = frame.row(self._strip(index, style, scroll_x, width), (scroll_x, index))
+            self._rows[key] = row
+        return row
 
     def _edge(self, frame: RowFrame, y: int) -> Strip:
         """Border row `y` as Textual draws it, kept per title, subtitle and their styles."""
@@ -328,7 +348,7 @@ class EventLog(ScrollView, can_focus=True):
         (selection styles are not kept). The crop is kept too: cropping a long line cost as much as the rest."""
         line = self._lines[index]
         selection = self.text_selection
-        key = (line, scroll_x, width)
+        key = (line, scroll_x, width, style)
         if selection is None and (cached := self._strips.get(key)) is not None:
             return cached
         text = Text(line, no_wrap=True)
