@@ -42,13 +42,14 @@ def frame_key(widget: Widget) -> tuple[Any, ...] | None:
             tuple(app.get_line_filters()), app.ansi_theme, app.native_ansi_color)
 
 
-def edge_key(widget: Widget) -> tuple[Any, ...]:
-    """What a border row draws beyond the frame: the titles and their styles."""
+def edge_key(widget: Widget, top: bool) -> tuple[Any, ...]:
+    """What the top (or bottom) border row draws beyond the frame: its title (or subtitle) and that label's styles."""
     styles = widget.styles
-    return (widget.border_title, widget.border_subtitle, styles.border_title_align, styles.border_subtitle_align,
-            styles.border_title_color, styles.border_title_background, styles.border_title_style,
-            styles.auto_border_title_color, styles.border_subtitle_color, styles.border_subtitle_background,
-            styles.border_subtitle_style, styles.auto_border_subtitle_color)
+    if top:
+        return (widget.border_title, styles.border_title_align, styles.border_title_color,
+                styles.border_title_background, styles.border_title_style, styles.auto_border_title_color)
+    return (widget.border_subtitle, styles.border_subtitle_align, styles.border_subtitle_color,
+            styles.border_subtitle_background, styles.border_subtitle_style, styles.auto_border_subtitle_color)
 
 
 @dataclass(frozen=True)

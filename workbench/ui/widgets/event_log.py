@@ -60,7 +60,7 @@ new."""
 
 
 EDGE_CACHE = 8
-"""Border rows kept: the top row for a few filters' titles and the bottom row for the latest counts."""
+"""Border rows kept: the top row for each filter's title and the bottom row for the latest counts."""
 
 
 class EventHighlighter(Highlighter):
@@ -166,7 +166,7 @@ class EventLog(ScrollView, can_focus=True):
         """(line text or None for a blank row, scroll x, width, style, line index) -> the row as the frame draws it
         (filtered, offsets applied, in its borders); emptied with a new frame or a style change."""
         self._edges: LRUCache[tuple[Any, ...], Strip] = LRUCache(EDGE_CACHE)
-        """(border row, edge_key) -> the row as Textual drew it; emptied with a new frame or a style change."""
+        """(border row, its edge_key) -> the row as Textual drew it; emptied with a new frame or a style change."""
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
@@ -322,8 +322,9 @@ class EventLog(ScrollView, can_focus=True):
         return row
 
     def _edge(self, frame: RowFrame, y: int) -> Strip:
-        """Border row `y` as Textual draws it, kept per title, subtitle and their styles."""
-        key = (y, edge_key(self))
+        """Border row `y` as Textual draws it, kept per title (the top row) or subtitle (the bottom row) and its styles:
+        a filter key changes only the title and a batch of events only the subtitle."""
+        key = (y, edge_key(self, y < frame.rows.start))
         strip = self._edges.get(key)
         if strip is None:
             strip = self._edges[key] = super().render_lines(Region(0, y, frame.width, 1))[0]
