@@ -248,6 +248,34 @@ async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyP
         assert shown <= set(highlighted[before:]), "a new theme renders the lines in its colours"
 
 
+async def test_a_filter_key_finds_the_lines_that_arrived_in_its_view_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines arriving in a preset not shown are drawn as they arrive, so the key that switches to it draws none
+    (issue 17 item 6: a window of new lines through Rich was most of the key's frame in tmux under load)."""
+    highlighted: list[str] = []
+    original = EventHighlighter.highlight
+
+    def counting(self: EventHighlighter, text: Text) -> None:
+        highlighted.append(text.plain)
+        original(self, text)
+
+    monkeypatch.setattr(EventHighlighter, "highlight", counting)
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        log = live_screen(app).query_one(EventLog)
+        await pilot.press("f")
+        assert log.filter == "attempts"
+        for n in range(3):  # tool traffic: in the tools view and in all, not in the one shown
+            await post(app, "tool.call", {"call_id": f"c9{n}", "tool": "read_kernel", "args": {}})
+        await pilot.pause()
+        assert any("read_kernel" in line for line in highlighted[-3:]), "drawn as they arrived"
+        drawn = len(highlighted)
+        await pilot.press("f")
+        await pilot.pause()
+        assert log.filter == "tools" and "read_kernel" in log.lines[-1]
+        assert len(highlighted) == drawn, highlighted[drawn:]
+
+
 async def test_kept_log_lines_follow_sideways_scrolling_and_the_width() -> None:
     """A line is kept as the window shows it, so scrolling sideways or a new width shows the line's other cells."""
     app, runtime = make_live_app()
