@@ -5,6 +5,9 @@ every visible line again on each frame (its strip cache is only kept while text 
 of each batch in a worker thread that changes the virtual size a second time, which is a second layout of the whole
 screen. Here a line is rendered once per style (cached by its text, so a new filter redraws lines already drawn),
 widths are measured once as lines are formatted, and a batch or a filter changes the virtual size once.
+
+Its rows skip Textual's per-line styles pipeline too (a RowFrame, learned from one row Textual draws, puts the kept
+strips in their borders), and each preset's newest lines are drawn as they arrive, so a filter key draws nothing new.
 """
 
 from __future__ import annotations
@@ -363,8 +366,9 @@ class EventLog(ScrollView, can_focus=True):
         return self._strip(self._lines, index, style, scroll_x, width), (scroll_x, index)
 
     def _strip(self, lines: list[str], index: int, style: Style, scroll_x: int, width: int) -> Strip:
-        """Line `index` of `lines` as the window shows it (from `scroll_x`, `width` cells); from the cache unless text is
-        selected (selection styles are not kept). The crop is kept too: cropping a long line cost as much as the rest."""
+        """Line `index` of `lines` as the window shows it (from `scroll_x`, `width` cells); from the cache unless text
+        is selected (selection styles are not kept). The crop is kept too: cropping a long line cost as much as the
+        rest."""
         line = lines[index]
         selection = self.text_selection
         key = (line, scroll_x, width, style)
