@@ -9,8 +9,13 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+from textual import constants
 from textual._compositor import Compositor
-from textual.geometry import Region
+from textual._styles_cache import StylesCache
+from textual.geometry import Offset, Region
+from textual.selection import Selection
+from textual.strip import Strip
 from textual.widget import Widget
 
 from tests.snapshot_apps.fake_runtime import FloodRuntime
@@ -63,21 +68,119 @@ async def test_a_log_frame_renders_only_the_log_and_what_overlaps_it() -> None:
         await settle(pilot, runtime)
         screen = live_screen(app)
         rendered: list[str] = []
-        render_lines = Widget.render_lines
+        originals = {cls: cls.render_lines for cls in (Widget, EventLog)}  # the log draws most rows itself
 
-        def counted(self: Widget, crop: Region) -> Any:
-            rendered.append(type(self).__name__)
-            return render_lines(self, crop)
+        def counting(cls: type[Widget]) -> Any:
+            def counted(self: Widget, crop: Region) -> Any:
+                rendered.append(type(self).__name__)
+                return originals[cls](self, crop)
+            return counted
 
         screen._compositor._dirty_regions.add(screen.query_one(EventLog).region)
-        Widget.render_lines = counted  # type: ignore[method-assign]
+        for cls in originals:
+            cls.render_lines = counting(cls)  # type: ignore[method-assign]
         try:
             screen._compositor.render_partial_update()
         finally:
-            Widget.render_lines = render_lines  # type: ignore[method-assign]
+            for cls, original in originals.items():
+                cls.render_lines = original  # type: ignore[method-assign]
         # The log, its scrollbars and their corner, and the screen behind: no pane above it, nor the footer.
         assert "EventLog" in rendered
         assert set(rendered) <= {"EventLog", "LiveScreen", "ScrollBar", "ScrollBarCorner"}, rendered
+
+
+def textual_rows(log: EventLog, crop: Region) -> list[Strip]:
+    """The log's rows in `crop` drawn by Textual's own path from nothing kept (every line highlighted again, every row
+    through StylesCache)."""
+    log.notify_style_update()
+    log.refresh()
+    return Widget.render_lines(log, crop)
+
+
+def styled_rows(log: EventLog, crops: list[Region]) -> tuple[list[list[Strip]], list[list[Strip]], int]:
+    """The log's own rows for each crop twice: first with what it kept from the state before (the first crop learns
+    the frame and draws the borders if the styles changed), then with what it keeps now; and how many times the second
+    pass went to Textual's path."""
+    first = [log.render_lines(crop) for crop in crops]
+    calls = [0]
+    render_widget = StylesCache.render_widget
+
+    def counted(self: StylesCache, widget: Widget, crop: Region) -> list[Strip]:
+        calls[0] += 1
+        return render_widget(self, widget, crop)
+
+    StylesCache.render_widget = counted  # type: ignore[method-assign]
+    try:
+        return first, [log.render_lines(crop) for crop in crops], calls[0]
+    finally:
+        StylesCache.render_widget = render_widget  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("environment", ["plain", "NO_COLOR", "TEXTUAL_FILTERS=dim"])
+async def test_the_log_draws_the_rows_textual_draws_without_its_styles_pipeline(
+        environment: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log puts its content rows together from kept strips (issue 17 item 6: the pipeline was most of a key's
+    frame). Each state a person can reach must give Textual's rows segment for segment (text, colour, background,
+    meta: the selection offsets), for whole, partial and sideways crops, under every line filter the app can have;
+    selected text takes Textual's path."""
+    if environment == "NO_COLOR":
+        monkeypatch.setenv("NO_COLOR", "1")
+    elif environment == "TEXTUAL_FILTERS=dim":
+        monkeypatch.setattr(constants, "FILTERS", "dim")
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        screen = live_screen(app)
+        log = screen.query_one(EventLog)
+        assert len(app.get_line_filters()) == {"plain": 1, "NO_COLOR": 2, "TEXTUAL_FILTERS=dim": 2}[environment]
+
+        async def check(state: str, *, pipeline: bool = False) -> None:
+            await pilot.pause()
+            width, height = log.region.size
+            crops = [Region(0, 0, width, height), Region(0, 1, width, height - 2), Region(0, 3, width, 2),
+                     Region(5, 0, 40, height), Region(width - 3, height - 1, 3, 1), Region(0, 0, width, 1)]
+            first, ours, through_pipeline = styled_rows(log, crops)
+            for crop, before, rows in zip(crops, first, ours):
+                theirs = [list(row) for row in textual_rows(log, crop)]
+                assert [list(row) for row in before] == theirs, (state, crop, "from what was kept before")
+                assert [list(row) for row in rows] == theirs, (state, crop)
+                assert [row.cell_length for row in rows] == [crop.width] * crop.height, (state, crop)
+            assert (through_pipeline > 0) == pipeline, (state, through_pipeline)
+            for crop in crops:  # keep this state's rows for the next state's first pass
+                log.render_lines(crop)
+
+        await check("the tail, all events")
+        await pilot.press("f")
+        await check("filtered")
+        log.scroll_to(x=0, y=3, animate=False, immediate=True)
+        await check("scrolled up")
+        log.scroll_to(x=17, y=3, animate=False, immediate=True)
+        await check("scrolled sideways")
+        log.focus()
+        await check("focused (tinted background, lit border)")
+        screen.selections = {log: Selection(Offset(4, 2), Offset(30, 4))}
+        await check("text selected", pipeline=True)
+        screen.selections = {}
+        await check("selection cleared")
+        # Textual's DimFilter fails on the ANSI theme's default colours in any widget (TypeError in dim_color).
+        ansi = [] if environment.startswith("TEXTUAL_FILTERS") else ["workbench-ansi"]
+        for theme in ["workbench-light", *ansi, "workbench-dark"]:
+            app.theme = theme
+            await check(theme)
+        log.write_events([{"seq": 999, "ts": 0.0, "type": "error", "data": {"message": "x" * 300}}])
+        await check("a new event, wider than the rest, followed at the tail")
+        await pilot.resize_terminal(90, 30)
+        await check("resized")
+        screen.focus_next()
+        await check("blurred")
+        log.styles.background = "#203040"
+        await check("a background set in code, nothing else changed")
+        log.styles.color = "#80ff80"
+        await check("a text colour set in code")
+        log.styles.border_subtitle_color = "#ff8000"
+        await check("a subtitle colour set in code")
+        log.styles.padding = (0, 1)
+        await check("padding (Textual's path)", pipeline=True)
 
 
 def test_the_front_end_raises_the_frame_cap_unless_the_environment_sets_one() -> None:

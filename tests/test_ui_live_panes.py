@@ -219,16 +219,22 @@ async def test_under_a_flood_the_log_follows_every_tick_and_each_pane_group_at_m
         assert app.state.last_seq == seq and not live_screen(app)._stale, "the panes caught up"
 
 
-async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cycling the filter back draws lines already drawn from the cache; a new theme draws them again."""
-    highlighted: list[str] = []
+@pytest.fixture
+def highlighted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every line the event log draws through Rich (its highlighter sees each), in order."""
+    drawn: list[str] = []
     original = EventHighlighter.highlight
 
     def counting(self: EventHighlighter, text: Text) -> None:
-        highlighted.append(text.plain)
+        drawn.append(text.plain)
         original(self, text)
 
     monkeypatch.setattr(EventHighlighter, "highlight", counting)
+    return drawn
+
+
+async def test_the_log_renders_a_line_once_per_style(highlighted: list[str]) -> None:
+    """Cycling the filter back draws lines already drawn from the cache; a new theme draws them again."""
     app, runtime = make_live_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, runtime)
@@ -246,6 +252,26 @@ async def test_the_log_renders_a_line_once_per_style(monkeypatch: pytest.MonkeyP
         app.theme = next(name for name in app.available_themes if name != app.theme)
         await pilot.pause()
         assert shown <= set(highlighted[before:]), "a new theme renders the lines in its colours"
+
+
+async def test_a_filter_key_finds_the_lines_that_arrived_in_its_view_drawn(highlighted: list[str]) -> None:
+    """Lines arriving in a preset not shown are drawn as they arrive, so the key that switches to it draws none
+    (issue 17 item 6: a window of new lines through Rich was most of the key's frame in tmux under load)."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        log = live_screen(app).query_one(EventLog)
+        await pilot.press("f")
+        assert log.filter == "attempts"
+        for n in range(3):  # tool traffic: in the tools view and in all, not in the one shown
+            await post(app, "tool.call", {"call_id": f"c9{n}", "tool": "read_kernel", "args": {}})
+        await pilot.pause()
+        assert any("read_kernel" in line for line in highlighted[-3:]), "drawn as they arrived"
+        drawn = len(highlighted)
+        await pilot.press("f")
+        await pilot.pause()
+        assert log.filter == "tools" and "read_kernel" in log.lines[-1]
+        assert len(highlighted) == drawn, highlighted[drawn:]
 
 
 async def test_kept_log_lines_follow_sideways_scrolling_and_the_width() -> None:

@@ -5,6 +5,9 @@ every visible line again on each frame (its strip cache is only kept while text 
 of each batch in a worker thread that changes the virtual size a second time, which is a second layout of the whole
 screen. Here a line is rendered once per style (cached by its text, so a new filter redraws lines already drawn),
 widths are measured once as lines are formatted, and a batch or a filter changes the virtual size once.
+
+Its rows skip Textual's per-line styles pipeline too (a RowFrame, learned from one row Textual draws, puts the kept
+strips in their borders), and each preset's newest lines are drawn as they arrive, so a filter key draws nothing new.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from textual.strip import Strip
 
 from workbench.ui.formatting import EVENT_FILTERS, event_line, filter_label
 from workbench.ui.palette import MUTED, theme_style
+from workbench.ui.row_frame import RowFrame, edge_key, frame_key, learn_frame
 from workbench.ui.widgets.pane import pane_css
 
 _TYPE_VARIABLE = {
@@ -56,6 +60,10 @@ BAR_CACHE = 32
 STRIP_CACHE = 1024
 """Rendered lines kept (by text and window): several screens of every filter, so cycling the filter renders nothing
 new."""
+
+
+EDGE_CACHE = 8
+"""Border rows kept: the top row for each filter's title and the bottom row for the latest counts."""
 
 
 class EventHighlighter(Highlighter):
@@ -150,10 +158,18 @@ class EventLog(ScrollView, can_focus=True):
         self._width = 0
         """Cells of the widest event received, shown or not: the virtual width (the view scrolls sideways). It does not
         change with the filter, so a filter key leaves the horizontal scrollbar as it is."""
-        self._strips: LRUCache[tuple[str, int, int], Strip] = LRUCache(STRIP_CACHE)
-        """(line text, scroll x, width) -> its strip as shown, in the current style; emptied when the style changes."""
+        self._strips: LRUCache[tuple[str, int, int, Style], Strip] = LRUCache(STRIP_CACHE)
+        """(line text, scroll x, width, style) -> its strip as shown; emptied when the style changes (the highlighter's
+        theme colours are not in the key)."""
         self._line_style: Style | None = None
         """The widget's style while render_lines runs (render_line reads it instead of walking the DOM per line)."""
+        self._frame: RowFrame | None = None
+        """How Textual's styles pipeline draws a content row in the current styles (learned by _row_frame)."""
+        self._rows: LRUCache[tuple[str | None, int, int, Style, int], Strip] = LRUCache(STRIP_CACHE)
+        """(line text or None for a blank row, scroll x, width, style, line index) -> the row as the frame draws it
+        (filtered, offsets applied, in its borders); emptied with a new frame or a style change."""
+        self._edges: LRUCache[tuple[Any, ...], Strip] = LRUCache(EDGE_CACHE)
+        """(border row, its edge_key) -> the row as Textual drew it; emptied with a new frame or a style change."""
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
@@ -189,6 +205,8 @@ class EventLog(ScrollView, can_focus=True):
         """The style changed (theme, focus): the cached lines carry the old one."""
         super().notify_style_update()
         self._strips.clear()
+        self._rows.clear()
+        self._edges.clear()
 
     def _describe(self) -> None:
         shown = "" if self.filter == "all" else f" · filter: {filter_label(self.filter)} (f)"
@@ -203,6 +221,23 @@ class EventLog(ScrollView, can_focus=True):
         if self._append(events):
             self._resize(follow)
         self._describe()
+        self._draw_ahead()
+
+    def _draw_ahead(self) -> None:
+        """Draw each other preset's newest window now, as its events arrive, so that a filter key finds its rows drawn.
+
+        The key's frame otherwise drew every line new to the window it switched to through Rich (40 us a line headless,
+        about 90 in tmux under load). What is drawn here is what the frame would draw, under the same keys, so it is
+        kept only while the learned frame still holds and no text is selected; a line already drawn costs a lookup.
+        """
+        frame = self._frame
+        if frame is None or not frame.matches or self.text_selection is not None or frame_key(self) != frame.key:
+            return
+        style, scroll_x, width, height = self.rich_style, self.scroll_offset.x, self.size.width, len(frame.rows)
+        for view in self._views.values():
+            if view is not self._lines:
+                for index in range(max(0, len(view) - height), len(view)):
+                    self._row(frame, style, view, scroll_x, index, width)
 
     def set_filter(self, key: str, events: Sequence[Mapping[str, Any]] = ()) -> None:
         """Append `events` (those not written yet), then switch preset: one rewrite on a key press, never per event."""
@@ -253,28 +288,90 @@ class EventLog(ScrollView, can_focus=True):
         self.refresh()
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """Read the widget's style once for the lines of one render, not once per line (it walks the ancestors)."""
-        self._line_style = self.rich_style
+        """The rows in `crop`: content rows put together from the kept strips through the learned RowFrame, border rows
+        kept per title; Textual's path (StylesCache) when no frame applies (selected text, styles beyond borders).
+
+        The widget's style is read once for the lines of one render, not once per line (it walks the ancestors)."""
+        self._line_style = style = self.rich_style
         try:
-            return super().render_lines(crop)
+            frame = self._row_frame(style)
+            if frame is None:
+                return super().render_lines(crop)
+            rows, (scroll_x, scroll_y), width = frame.rows, self.scroll_offset, self.size.width
+            top = scroll_y - rows.start
+            strips = [self._row(frame, style, self._lines, scroll_x, top + y, width) if y in rows
+                      else self._edge(frame, y) for y in crop.line_range]
+            if crop.column_span != (0, frame.width):
+                x1, x2 = crop.column_span
+                strips = [strip.crop(x1, x2) for strip in strips]
+            return strips
         finally:
             self._line_style = None
 
+    def _row_frame(self, style: Style) -> RowFrame | None:
+        """The frame for the current styles, learned from one row Textual draws when they change; None for Textual's
+        path: text is selected (its styles are not kept), the styles need more than borders, or the frame did not
+        reproduce Textual's row."""
+        if self.text_selection is not None:
+            return None
+        key = frame_key(self)
+        if key is None:
+            return None
+        frame = self._frame
+        if frame is None or frame.key != key:
+            top = self.styles.gutter.top
+            if top >= self.region.height - self.styles.gutter.bottom:
+                return None
+            drawn = super().render_lines(Region(0, top, self.region.width, 1))[0]
+            frame = self._frame = learn_frame(self, key, drawn, *self._content(0, style))
+            self._rows.clear()
+            self._edges.clear()
+        return frame if frame.matches else None
+
+    def _row(self, frame: RowFrame, style: Style, lines: list[str], scroll_x: int, index: int, width: int) -> Strip:
+        """Line `index` of `lines` (or a blank row past the last) as the frame draws it, kept with the window and the
+        style."""
+        line = lines[index] if index < len(lines) else None
+        key = (line, scroll_x, width, style, index)
+        row = self._rows.get(key)
+        if row is None:
+            if line is None:
+                row = frame.row(Strip.blank(width, style), None)
+            else:
+                row = frame.row(self._strip(lines, index, style, scroll_x, width), (scroll_x, index))
+            self._rows[key] = row
+        return row
+
+    def _edge(self, frame: RowFrame, y: int) -> Strip:
+        """Border row `y` as Textual draws it, kept per title (the top row) or subtitle (the bottom row) and its styles:
+        a filter key changes only the title and a batch of events only the subtitle."""
+        key = (y, edge_key(self, y < frame.rows.start))
+        strip = self._edges.get(key)
+        if strip is None:
+            strip = self._edges[key] = super().render_lines(Region(0, y, frame.width, 1))[0]
+        return strip
+
     def render_line(self, y: int) -> Strip:
+        strip, offsets = self._content(y, self._line_style if self._line_style is not None else self.rich_style)
+        return strip if offsets is None else strip.apply_offsets(*offsets)
+
+    def _content(self, y: int, style: Style) -> tuple[Strip, tuple[int, int] | None]:
+        """Content line `y` of the window, before the styles pipeline: its strip and the selection offsets (x, y) its
+        segments get (none for the blank rows below the last line)."""
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        style = self._line_style if self._line_style is not None else self.rich_style
         if index >= len(self._lines):
-            return Strip.blank(width, style)
-        return self._strip(index, style, scroll_x, width).apply_offsets(scroll_x, index)
+            return Strip.blank(width, style), None
+        return self._strip(self._lines, index, style, scroll_x, width), (scroll_x, index)
 
-    def _strip(self, index: int, style: Style, scroll_x: int, width: int) -> Strip:
-        """Line `index` as the window shows it (from `scroll_x`, `width` cells); from the cache unless text is selected
-        (selection styles are not kept). The crop is kept too: cropping a long line cost as much as the rest."""
-        line = self._lines[index]
+    def _strip(self, lines: list[str], index: int, style: Style, scroll_x: int, width: int) -> Strip:
+        """Line `index` of `lines` as the window shows it (from `scroll_x`, `width` cells); from the cache unless text
+        is selected (selection styles are not kept). The crop is kept too: cropping a long line cost as much as the
+        rest."""
+        line = lines[index]
         selection = self.text_selection
-        key = (line, scroll_x, width)
+        key = (line, scroll_x, width, style)
         if selection is None and (cached := self._strips.get(key)) is not None:
             return cached
         text = Text(line, no_wrap=True)
