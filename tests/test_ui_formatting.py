@@ -58,6 +58,16 @@ def test_every_fixture_event_is_one_aligned_line() -> None:
          "online softmax won; wider tiles hurt S3"),
         ("error", {"message": "OSError: disk full"}, "OSError: disk full"),
         ("checkpoint.written", {"seq": 25}, "checkpoint at seq 25"),
+        ("eval.queued", {"job": "j00007", "attempt": 5, "kind": "heldout", "slot": "cuda:1", "requeue_of": "j00004"},
+         "j00007 held-out check of attempt 5 queued on cuda:1 (again: j00004 was interrupted)"),
+        ("eval.started", {"job": "j00007", "attempt": 5, "slot": {"slot": "ray:host-b:cuda:3"}},
+         "j00007 attempt 5 on ray:host-b:cuda:3"),
+        ("eval.requeued", {"job": "j00007", "attempt": 5, "slot": {"slot": "cuda:0"}, "message": "CUDA context fault"},
+         "j00007 attempt 5 left cuda:0 for another slot: CUDA context fault"),
+        ("eval.failed", {"job": "j00008", "attempt": 6, "cancelled": True, "message": "the run stopped"},
+         "j00008 attempt 6 cancelled: the run stopped"),
+        ("fleet.slot", {"slot": {"slot": "cuda:2"}, "state": "retired", "message": "faulted twice",
+                        "reference": "cuda:0"}, "cuda:2 retired: faulted twice · reference now cuda:0"),
     ],
 )
 def test_event_summaries(kind: str, data: dict[str, Any], expected: str) -> None:

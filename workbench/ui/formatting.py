@@ -258,6 +258,16 @@ def _eval_finished(data: ev.EvalFinished) -> str:
     return line
 
 
+def _job(data: Mapping[str, Any]) -> str:
+    """An evaluation job as the log names it: its id and its attempt ("j00039 attempt 32")."""
+    return f"{data.get('job', '?')} attempt {data.get('attempt', '?')}"
+
+
+def _slot_name(data: Mapping[str, Any]) -> str:
+    """The name of the slot an event's `slot` (workbench.fleet's SlotInfo as journaled) describes."""
+    return (data.get("slot") or {}).get("slot", "?")
+
+
 @_says("eval.queued")
 def _eval_queued(data: ev.EvalQueued) -> str:
     what = "held-out check of" if data.get("kind") == "heldout" else "evaluation of"
@@ -268,26 +278,25 @@ def _eval_queued(data: ev.EvalQueued) -> str:
 
 @_says("eval.started")
 def _eval_started(data: ev.EvalStarted) -> str:
-    return f"{data.get('job', '?')} attempt {data.get('attempt', '?')} on {(data.get('slot') or {}).get('slot', '?')}"
+    return f"{_job(data)} on {_slot_name(data)}"
 
 
 @_says("eval.requeued")
 def _eval_requeued(data: ev.EvalRequeued) -> str:
-    return (f"{data.get('job', '?')} attempt {data.get('attempt', '?')} left "
-            f"{(data.get('slot') or {}).get('slot', '?')} for another slot: {data.get('message', '')}")
+    return f"{_job(data)} left {_slot_name(data)} for another slot: {data.get('message', '')}"
 
 
 @_says("eval.failed")
 def _eval_failed(data: ev.EvalFailed) -> str:
     how = "cancelled" if data.get("cancelled") else "FAILED"
-    return f"{data.get('job', '?')} attempt {data.get('attempt', '?')} {how}: {data.get('message', '')}"
+    return f"{_job(data)} {how}: {data.get('message', '')}"
 
 
 @_says("fleet.slot")
 def _fleet_slot(data: ev.FleetSlot) -> str:
     moved = f" · reference now {data['reference']}" if data.get("reference") else ""
     message = f": {data['message']}" if data.get("message") else ""
-    return f"{(data.get('slot') or {}).get('slot', '?')} {data.get('state', '?')}{message}{moved}"
+    return f"{_slot_name(data)} {data.get('state', '?')}{message}{moved}"
 
 
 @_says("profile.finished")
