@@ -432,16 +432,23 @@ def test_one_evaluate_call_runs_several_attempts_and_each_result_reaches_the_mod
 def test_branches_share_the_ledger_and_nudges_and_do_not_wait_on_each_others_model_calls(tmp_path):
     calls: list = []
     both_in = threading.Barrier(2, timeout=20)
+    both_added = threading.Barrier(2, timeout=20)
     seen_first: list[int] = []
 
     def on_request(body, index):
         if index < 2:
             seen_first.append(index)
             both_in.wait()  # a second request while the first is still unanswered, or the barrier breaks
+        elif index < 4:
+            # A branch asks again only after its own ledger entry is in: once both have asked, both entries are,
+            # so each branch's next request is made after the other's entry (else which one it sees is a race).
+            both_added.wait()
 
     def script(body, index):
         if index < 2:
             return Message([tool_use(f"l{index}", "ledger", {"action": "add", "strategy": f"idea {index}"})])
+        if index < 4:
+            return Message([tool_use(f"r{index}", "list_attempts", {})])
         return Message([tool_use(f"f{index}", "finish", {"reason": "done"})])
 
     with FakeAnthropic(script, on_request=on_request) as server:
@@ -455,11 +462,12 @@ def test_branches_share_the_ledger_and_nudges_and_do_not_wait_on_each_others_mod
     first_two = [all_text(b) for b in bodies[:2]]
     assert sorted("branch 1 of 2" in t for t in first_two) == [False, True]
     assert all("keep register use low" in t for t in first_two), "the nudge reaches every branch"
-    later = [all_text(b) for b in bodies[2:]]
+    later = [all_text(b) for b in bodies[4:]]
+    assert len(later) == 2 and not both_added.broken
     assert all("idea 0" in t and "idea 1" in t for t in later), "the ledger is shared"
     events = journal(files)
     requests = [e for e in events if e.type == "llm.request"]
-    assert sorted(e.data["branch"] for e in requests) == [0, 0, 1, 1]
+    assert sorted(e.data["branch"] for e in requests) == [0, 0, 0, 1, 1, 1]
     assert all("branch" in e.data for e in events if e.type in ("llm.response", "tool.call", "tool.result"))
     # show --prompt-at --branch B rebuilds what B's model saw in its last request
     from fake_anthropic import plain
