@@ -65,6 +65,22 @@ async def test_code_view_draws_the_rows_textarea_draws_wherever_it_is_scrolled_a
         assert len(ours._window) < ours.document.line_count  # the point: not the whole document
 
 
+async def test_a_wrapping_code_view_draws_what_a_wrapping_textarea_draws() -> None:
+    """With soft wrap the view's rows are wrapped lines, not document rows: CodeView takes TextArea's whole map."""
+    app = Pair()
+    async with app.run_test(size=(100, 30)) as pilot:
+        plain, ours = app.query_one("#plain", TextArea), app.query_one("#ours", CodeView)
+        app.set_focus(None)
+        for editor in (plain, ours):
+            editor.soft_wrap = True
+        await pilot.pause()
+        for y in (0, 300, 700):
+            for editor in (plain, ours):
+                editor.scroll_to(y=y, animate=False, immediate=True)
+            await pilot.pause()
+            assert rows(ours) == rows(plain), y
+
+
 @pytest.mark.parametrize("old, new, span", [
     (["a", "b", "c"], ["a", "B", "c"], (1, 2, 2)),
     (["a", "b", "c"], ["a", "b", "c"], (3, 3, 3)),

@@ -29,6 +29,10 @@ class CodeView(TextArea):
     def _build_highlight_map(self) -> None:
         """TextArea's highlight map, for the window of rows around the view: `_highlights[row]` holds (start column,
         end column or None for the line's end, highlight name) for each captured node on that row."""
+        if self.soft_wrap:  # the view's rows are wrapped lines, not the document's: TextArea's whole map
+            self._window = None
+            super()._build_highlight_map()
+            return
         self._line_cache.clear()
         highlights = self._highlights
         highlights.clear()
