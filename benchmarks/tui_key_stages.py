@@ -32,6 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+OTHER_CPU: dict[str, list[float]] = {}
+"""measure()'s other frames' CPU ms, by app."""
+
+
 def now_ms() -> float:
     return time.monotonic() * 1000
 
@@ -128,9 +132,12 @@ def probe(log_path: str, argv: list[str]) -> None:
 
 
 def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[dict[str, float]], list[float]]:
-    """Press f `presses` times in `which` ('workbench' or 'bare'); each press's stages, and the wall ms of every other
-    frame drawn meanwhile."""
-    from tui_responsiveness import press_latencies, tmux_setup
+    """Press f `presses` times in `which` ('workbench', 'attach' or 'bare'); each press's stages, and the wall ms of
+    every other frame drawn meanwhile. 'attach' is the TUI following a headless run of the same tuner in another
+    process (`workbench attach`): the bare app's load, the TUI's screen, none of the run's threads in its process."""
+    from tui_responsiveness import press_latencies, start_load, stop_load, tmux_setup
+
+    folder.mkdir(parents=True, exist_ok=True)
 
     env, run, tmux = tmux_setup(folder, workers, f"{which}.sock")
     from test_tui_tmux import descendants, kill
@@ -142,8 +149,16 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[
     pids: list[int] = []
     rng = random.Random(11)
     driver_marks: list[tuple[float, str]] = []
+    load = None
     try:
-        if which == "workbench":
+        if which == "attach":
+            load = start_load(folder, env, run)
+            sessions = folder / "load"
+            (session,) = [p.name for p in sessions.iterdir() if p.is_dir()]
+            tmux("new-session", "-d", "-s", "x", "-x", "120", "-y", "40", "-c", str(REPO), *flags, *probe_argv,
+                 "attach", session, "--sessions-dir", str(sessions))
+            tmux.wait("x", lambda s: "evaluation · attempt" in s, 240, "the attached TUI following the tuner")
+        elif which == "workbench":
             tmux("new-session", "-d", "-s", "x", "-x", "120", "-y", "40", "-c", str(REPO), *flags, *probe_argv,
                  *run, "--sessions-dir", str(folder / "s1"))
             tmux.wait("x", lambda s: "evaluation · attempt" in s and "busy" in s, 240, "the tuner evaluating")
@@ -156,15 +171,20 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[
     finally:
         tmux("kill-server", check=False)
         kill(pids)
+        if load is not None:
+            stop_load(load)
     marks = sorted(driver_marks + [(float(t), rest) for t, _, rest in
                                    (line.partition(" ") for line in log_path.read_text().splitlines())])
     out: list[dict[str, float]] = []
     others: list[float] = []
+    others_cpu: list[float] = []
+    """The other frames' thread CPU ms, in the same order (the JSON keeps them beside the wall times)."""
     for t, what in marks:
         name, *values = what.split()
         if name == "other":
             if out:  # drawn after the first press: the start-up's frames are not the load's
                 others.append(float(values[0]))
+                others_cpu.append(float(values[1]))
         elif name == "send":
             out.append({"send": t})
         elif out and name not in out[-1]:
@@ -176,6 +196,7 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[
                                preempted=float(values[2]))
             if name == "start" and "action1" in out[-1]:
                 out[-1]["wait"] = out[-1]["start"] - out[-1]["action1"]
+    OTHER_CPU[which] = others_cpu
     return out, others
 
 
@@ -184,6 +205,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--presses", type=int, default=40)
     parser.add_argument("--json", type=Path, help="also write every press's stages and the other frames here")
+    parser.add_argument("--attach", action="store_true",
+                        help="also measure the TUI attached to a headless run of the tuner in another process")
     parser.add_argument("--probe", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
@@ -195,17 +218,20 @@ def main() -> None:
     'frame': that frame's render starts and ends), then the action's own ms, the ms from its end to its frame's start,
     the frame's own ms and its involuntary context switches."""
     with tempfile.TemporaryDirectory() as tmp:
-        measured = {which: measure(which, args.workers, args.presses, Path(tmp)) for which in ("workbench", "bare")}
+        kinds = ("workbench", "attach", "bare") if args.attach else ("workbench", "bare")
+        measured = {which: measure(which, args.workers, args.presses, Path(tmp) / which) for which in kinds}
     results = {which: presses for which, (presses, _) in measured.items()}
     if args.json:
-        args.json.write_text(json.dumps({which: {"presses": presses, "other_frames_ms": others}
+        args.json.write_text(json.dumps({which: {"presses": presses, "other_frames_ms": others,
+                                                 "other_frames_cpu_ms": OTHER_CPU[which]}
                                          for which, (presses, others) in measured.items()}, indent=1))
+    names = {"workbench": "workbench TUI", "attach": "TUI attached", "bare": "bare app"}
     print(f"| stage (median ms after tmux send-keys; {args.presses} presses, tuner on {args.workers} CPU slots) | "
-          "workbench TUI | bare app |")
-    print("|---|---|---|")
+          + " | ".join(names[which] for which in kinds) + " |")
+    print("|---" * (len(kinds) + 1) + "|")
     for row in rows:
         cells = []
-        for which in ("workbench", "bare"):
+        for which in kinds:
             values = [press[row] for press in results[which] if row in press]
             cells.append(f"{statistics.median(values):.2f}" if values else "")
         print(f"| {row} | {' | '.join(cells)} |")

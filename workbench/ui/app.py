@@ -18,6 +18,7 @@ from workbench.agent.commands import Command
 from workbench.config import Settings
 from workbench.session.state import SessionState, apply
 from workbench.ui.bridge import UiBridge
+from workbench.ui.collector import FrozenSurvivors
 from workbench.ui.launch import Launch
 from workbench.agent.sink import FleetView
 from workbench.ui.messages import FleetChanged, JournalEvent, Notice, Question, RunFinished, StopRequested
@@ -106,6 +107,8 @@ class WorkbenchApp(App[str]):
         self._agent_done = threading.Event()
         """Set as the worker thread returns: run.stopped is on disk."""
         self._startup_notes = list(themes.problems)
+        self._collector = FrozenSurvivors()
+        """Keeps full garbage collections short while the app runs (workbench.ui.collector)."""
         for theme in themes.themes.values():
             self.register_theme(theme)
         truecolor = self.console.color_system == "truecolor"
@@ -192,6 +195,7 @@ class WorkbenchApp(App[str]):
         self.post_message(StopRequested(reason, hung_up=signum == signal.SIGHUP))
 
     def on_mount(self) -> None:
+        self._collector.install()
         self.set_keymap(self.settings.keymap)
         unknown = sorted(set(self.settings.keymap) - known_binding_ids())
         if unknown:
@@ -204,6 +208,9 @@ class WorkbenchApp(App[str]):
             self.follow_journal(self.launch.follow_path, self.state.last_seq + 1)
         if self.settings.watch_themes and self.theme_dirs:
             self.watch_theme_files()
+
+    def on_unmount(self) -> None:
+        self._collector.uninstall()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="agent", description="agent run")
     def run_agent(self) -> str:
