@@ -32,10 +32,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-OTHER_CPU: dict[str, list[float]] = {}
-"""measure()'s other frames' CPU ms, by app."""
-
-
 def now_ms() -> float:
     return time.monotonic() * 1000
 
@@ -131,9 +127,10 @@ def probe(log_path: str, argv: list[str]) -> None:
     runpy.run_module("workbench", run_name="__main__")
 
 
-def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[dict[str, float]], list[float]]:
-    """Press f `presses` times in `which` ('workbench', 'attach' or 'bare'); each press's stages, and the wall ms of
-    every other frame drawn meanwhile. 'attach' is the TUI following a headless run of the same tuner in another
+def measure(which: str, workers: int, presses: int,
+            folder: Path) -> tuple[list[dict[str, float]], list[float], list[float]]:
+    """Press f `presses` times in `which` ('workbench', 'attach' or 'bare'); each press's stages, and the wall ms and
+    thread CPU ms of every other frame drawn meanwhile. 'attach' is the TUI following a headless run of the same tuner in another
     process (`workbench attach`): the bare app's load, the TUI's screen, none of the run's threads in its process."""
     from tui_responsiveness import press_latencies, start_load, stop_load, tmux_setup
 
@@ -178,7 +175,6 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[
     out: list[dict[str, float]] = []
     others: list[float] = []
     others_cpu: list[float] = []
-    """The other frames' thread CPU ms, in the same order (the JSON keeps them beside the wall times)."""
     for t, what in marks:
         name, *values = what.split()
         if name == "other":
@@ -196,8 +192,7 @@ def measure(which: str, workers: int, presses: int, folder: Path) -> tuple[list[
                                preempted=float(values[2]))
             if name == "start" and "action1" in out[-1]:
                 out[-1]["wait"] = out[-1]["start"] - out[-1]["action1"]
-    OTHER_CPU[which] = others_cpu
-    return out, others
+    return out, others, others_cpu
 
 
 def main() -> None:
@@ -220,11 +215,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         kinds = ("workbench", "attach", "bare") if args.attach else ("workbench", "bare")
         measured = {which: measure(which, args.workers, args.presses, Path(tmp) / which) for which in kinds}
-    results = {which: presses for which, (presses, _) in measured.items()}
+    results = {which: presses for which, (presses, _, _) in measured.items()}
     if args.json:
         args.json.write_text(json.dumps({which: {"presses": presses, "other_frames_ms": others,
-                                                 "other_frames_cpu_ms": OTHER_CPU[which]}
-                                         for which, (presses, others) in measured.items()}, indent=1))
+                                                 "other_frames_cpu_ms": others_cpu}
+                                         for which, (presses, others, others_cpu) in measured.items()}, indent=1))
     names = {"workbench": "workbench TUI", "attach": "TUI attached", "bare": "bare app"}
     print(f"| stage (median ms after tmux send-keys; {args.presses} presses, tuner on {args.workers} CPU slots) | "
           + " | ".join(names[which] for which in kinds) + " |")
@@ -239,7 +234,7 @@ def main() -> None:
     print(f"| keys whose frame waited over 2 ms after the action | {sum(w > 2 for w in waits)} of {len(waits)} | |")
     seconds = {which: (presses[-1]["send"] - presses[0]["send"]) / 1000 for which, presses in results.items()}
     cells = [f"{len(others) / seconds[which]:.1f} a second, median {statistics.median(others or [0]):.2f} ms"
-             for which, (_, others) in measured.items()]
+             for which, (_, others, _) in measured.items()]
     print(f"| other frames drawn meanwhile | {' | '.join(cells)} |")
 
 
