@@ -79,13 +79,15 @@ TUNABLES = {"BLOCK_N": [16, 32, 64], "num_stages": [2, 3, 4, 6, 8], "num_splits"
 # runner around it; with host descriptors the wrapper's loop remains).
 # DESC: where the Gluon stage 1's three TMA descriptors are built. "host": cached host descriptors, which Triton's
 # launcher wrapper expands into CUtensorMaps in a Python loop over every argument on each launch; "device": each
-# program builds them in Triton's global scratch (128 B each, _global_scratch), so the launch is plain integers;
+# program builds them in Triton's global scratch (128 B each, _global_scratch; since 2026-12-02 each partition
+# builds the ones it reads, four in all, _mla_split_attend_ws), so the launch is plain integers;
 # "auto": device for eager calls, host for calls being captured into a graph (plan.graph_twin). H200, M1, same run
 # (benchmarks/mla_host.py, 2026-12-01, lease 1): eager host us per call device 22.3 / host 28.1, GPU us per call
 # 14.55 / 12.85 (building descriptors in the kernel puts 1.3-3.4 us on every program's critical path, M1-M5), hence
 # "auto" ships: graphs keep the host descriptors' GPU time, eager calls the device descriptors' launch. Its costs:
 # the evaluator's gated eager timing (GPU time only) reads M1 19.8 against 17.8 us, geomean 2.14x against 2.25x, and a
-# cold evaluation compiles stage 1 in both modes (compile phase 57 against 29 s); DESC "host" avoids both.
+# cold evaluation compiles stage 1 in both modes (compile phase 57 against 29 s); DESC "host" avoids both. With the
+# builds in the partitions (2026-12-02) that eager reading is M1 18.91 us, geomean 2.148x (benchmarks/RESULTS.md).
 # Raw launches (_RawLaunch): where no Triton launch hook is set, an eager call of a ready plan calls each compiled
 # kernel's C launch itself on the current stream, skipping the runner (device and stream lookups, launch metadata,
 # two hook chains) and the allocator hook. H200, M1, interleaved against main's kernel (benchmarks/mla_host.py,
