@@ -11,6 +11,7 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 from textual.geometry import Region
 from textual.widgets import TextArea
+from textual.widgets.text_area import Selection
 
 from workbench.ui.widgets.code_view import CodeView
 from workbench.ui.widgets.kernel_view import _replace_changed_lines, changed_lines
@@ -111,3 +112,92 @@ async def test_kernel_pane_edits_always_end_with_the_new_source() -> None:
             _replace_changed_lines(editor, source)
             assert editor.text == source
         await pilot.pause()
+
+
+class Alone(App[None]):
+    """One CodeView of SOURCE."""
+
+    CSS = "CodeView { height: 1fr; }"
+
+    def compose(self) -> ComposeResult:
+        yield CodeView.code_editor(SOURCE, language="python", read_only=True, theme="css")
+
+
+def window_map(editor: CodeView) -> dict[int, list]:
+    window = editor._window
+    assert window is not None
+    return {row: list(editor._highlights.get(row, ())) for row in window}
+
+
+async def test_an_edit_queries_only_what_it_changed_and_gives_the_map_a_whole_query_gives() -> None:
+    """Random line edits (quotes and brackets that change the syntax of rows far below them included): after each,
+    the window's highlights are the ones a query over the whole window gives."""
+    rng = random.Random(3)
+    pool = ['"""', "'", "(", ")", "# note", "def f(a,", "x = [1,", "]", "", "    return a", "class K:", "'''doc'''"]
+    app = Alone()
+    async with app.run_test(size=(120, 30)) as pilot:
+        editor = app.query_one(CodeView)
+        editor.scroll_to(y=100, animate=False, immediate=True)
+        await pilot.pause()
+        editor.render_lines(Region(0, 0, 120, 30))  # the window follows the view
+        incremental_steps = 0
+        for step in range(120):
+            window = editor._window
+            assert window is not None
+            editor.selection = Selection.cursor((editor.scroll_offset.y, 0))  # in the view: no edit scrolls it
+            row = rng.randrange(window.start, min(window.stop, editor.document.line_count - 1))
+            kind = rng.choice(["replace", "insert", "delete"])
+            text = rng.choice(pool)
+            if kind == "replace":
+                editor.replace(text, (row, 0), (row, len(editor.document.get_line(row))))
+            elif kind == "insert":
+                editor.insert(text + "\n", (row, 0))
+            else:
+                editor.delete((row, 0), (min(row + rng.randrange(1, 4), editor.document.line_count - 1), 0))
+            if editor._window is not window:
+                continue  # the view left the window: a whole query was made anyway
+            incremental_steps += 1
+            incremental = window_map(editor)
+            saved = {row: list(spans) for row, spans in editor._highlights.items()}
+            editor._window = None
+            editor._build_highlight_map()  # the whole window's query, for the view (a deletion may have moved it)
+            whole = window_map(editor)
+            both = incremental.keys() & whole.keys()
+            assert len(both) > 60
+            assert {row: whole[row] for row in both} == {row: incremental[row] for row in both}, (step, kind, row, [(r, sorted(set(whole[r]) ^ set(incremental[r])), editor.document.get_line(r)) for r in sorted(both) if whole[r] != incremental[r]][:3])
+            editor._highlights.clear()
+            editor._highlights.update(saved)  # go on from the edited map, so that errors would pile up
+            editor._window = window
+        assert incremental_steps > 100
+
+
+async def test_an_edit_or_a_cursor_move_repaints_only_the_rows_it_changes() -> None:
+    app = Pair()
+    async with app.run_test(size=(200, 30)) as pilot:
+        plain, ours = app.query_one("#plain", TextArea), app.query_one("#ours", CodeView)
+        app.set_focus(None)
+        await pilot.pause()
+        drawn: list[int] = []
+        render_line = ours.render_line
+
+        def counted(y: int):  # noqa: ANN202 - Strip
+            drawn.append(y)
+            return render_line(y)
+
+        ours.render_line = counted  # type: ignore[method-assign]
+        row = 5
+        for editor in (plain, ours):
+            editor.replace("x = 1  # edited", (row, 0), (row, len(editor.document.get_line(row))))
+        await pilot.pause()
+        assert drawn == [row]
+        assert rows(ours) == rows(plain)
+        drawn.clear()
+        for editor in (plain, ours):
+            editor.selection = Selection.cursor((12, 3))
+        await pilot.pause()
+        assert sorted(drawn) == [0, 12]  # where the cursor was, and where it is
+        assert rows(ours) == rows(plain)
+        for editor in (plain, ours):
+            editor.insert('"""', (8, 0))  # closes the module's docstring early: rows above and below it change too
+        await pilot.pause()
+        assert rows(ours) == rows(plain)
