@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from textual.geometry import Region
 from textual.message import Message
 from textual.scrollbar import ScrollBarRender
 from textual.messages import Layout
-from textual.widgets import DataTable, Sparkline, TextArea
+from textual.widgets import DataTable, Sparkline, Static, TextArea
 
 from tests.snapshot_apps.fake_runtime import FloodRuntime, load_events
 from tests.snapshot_apps.live_app import live_screen, make_live_app, settle, wait_for
@@ -30,6 +31,7 @@ from workbench.ui.widgets.kernel_view import KernelView
 from workbench.ui.widgets.keyed_table import KeyedTable
 from workbench.ui.widgets.metrics_bar import MetricsBar
 from workbench.ui.widgets.profiler_table import ProfilerTable, kernel_rows, ncu_metrics
+from workbench.ui.widgets.status_bar import StatusBar
 
 SIZE = (120, 40)
 
@@ -557,3 +559,26 @@ async def test_a_pane_is_repainted_for_new_titles_only(monkeypatch: pytest.Monke
         assert len(repaints) == 2
         pane.set_titles(Content.assemble("evaluation · ", ("ok", "bold $text-error")), "on cuda:0")
         assert len(repaints) == 3, "a title in another colour is a new title"
+
+
+async def test_the_status_line_redraws_only_the_piece_that_reads_differently(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tick redraws the status line; the clock moves every second and the summary only with the session, so a
+    tick in which only the clock moved must not redraw the summary (a row of Rich work a second for nothing)."""
+    app, runtime = make_live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, runtime)
+        bar = live_screen(app).query_one(StatusBar)
+        updates: list[str] = []
+        for name in ("summary", "clock"):
+            monkeypatch.setattr(bar.query_one(f"#{name}", Static), "update",
+                                lambda *args, name=name, **kwargs: updates.append(name))
+        now = datetime(2026, 11, 29, 22, 14, 2, tzinfo=timezone.utc)
+        bar.show(app.state, run_state=app.run_state, mode=app.mode, now=now)
+        updates.clear()
+        bar.show(app.state, run_state=app.run_state, mode=app.mode, now=now + timedelta(seconds=5))
+        assert updates == ["clock"]
+        bar.show(app.state, run_state=app.run_state, mode=app.mode, now=now + timedelta(seconds=5))
+        assert updates == ["clock"]
+        app.state.tool_calls += 1
+        bar.show(app.state, run_state=app.run_state, mode=app.mode, now=now + timedelta(seconds=5))
+        assert updates == ["clock", "summary"]

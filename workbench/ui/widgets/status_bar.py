@@ -65,7 +65,7 @@ class StatusBar(Horizontal):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._last: tuple[Content, Content] | None = None
-        """What was drawn last, so an unchanged tick costs no refresh."""
+        """(summary, clock) as drawn last, so an unchanged piece costs no refresh."""
 
     def compose(self) -> ComposeResult:
         yield Static("", id="run-state")
@@ -93,11 +93,13 @@ class StatusBar(Horizontal):
         self.run_state = run_state
         summary = self._summary(state, mode)
         clock = Content.assemble(self._api_wait(state, now or datetime.now(timezone.utc)), self._clock(state, now))
-        if self._last == (summary, clock):
-            return
+        last_summary, last_clock = self._last or (None, None)
         self._last = (summary, clock)
-        update_static(self.query_one("#summary", Static), summary, one_line=True)
-        update_static(self.query_one("#clock", Static), clock, auto_width=True, one_line=True)
+        # Each piece only when it reads differently: the clock moves every second, the summary with each tool call.
+        if summary != last_summary:
+            update_static(self.query_one("#summary", Static), summary, one_line=True)
+        if clock != last_clock:
+            update_static(self.query_one("#clock", Static), clock, auto_width=True, one_line=True)
 
     @staticmethod
     def _summary(state: SessionState, mode: str) -> Content:
