@@ -2,6 +2,7 @@
 (a headless tuner beside it), each stage timestamped on the machine's monotonic clock.
 
 Run: PYTHONPATH=. python benchmarks/tui_key_stages.py [--workers 2] [--presses 40] [--json FILE]
+     PYTHONPATH=. python benchmarks/tui_key_stages.py --pool FILE... (several runs' --json files, pooled)
 
 The app under test runs in a private tmux through this file's --probe mode, which patches Textual (white-box on
 purpose: Textual has no hooks for these) to log, for each `f`:
@@ -195,6 +196,34 @@ def measure(which: str, workers: int, presses: int,
     return out, others, others_cpu
 
 
+def percentile(values: list[float], share: float) -> float:
+    """The value `share` of the way up the sorted values (nearest rank, so 1.0 is the max)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def pool(files: list[Path]) -> None:
+    """Key-to-paint ('seen') of every press in `files` (this script's --json output, one per run), pooled per app:
+    a tail needs more presses than one run has (40 presses give one sample beyond p97.5)."""
+    seen: dict[str, list[float]] = {}
+    for path in files:
+        for which, run in json.loads(path.read_text()).items():
+            seen.setdefault(which, []).extend(press["seen"] for press in run["presses"] if "seen" in press)
+    shares = (("median", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("max", 1.0))
+    print(f"| ms after tmux send-keys ({len(files)} runs pooled) | presses | "
+          + " | ".join(name for name, _ in shares) + " |")
+    print("|---" * (len(shares) + 2) + "|")
+    for which, values in seen.items():
+        print(f"| {which} | {len(values)} | " + " | ".join(f"{percentile(values, share):.1f}" for _, share in shares)
+              + " |")
+    if "bare" in seen:
+        for which, values in seen.items():
+            if which != "bare":
+                print(f"| {which} / bare | | " + " | ".join(
+                    f"{percentile(values, share) / percentile(seen['bare'], share):.2f}x" for _, share in shares)
+                      + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -202,10 +231,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write every press's stages and the other frames here")
     parser.add_argument("--attach", action="store_true",
                         help="also measure the TUI attached to a headless run of the tuner in another process")
+    parser.add_argument("--pool", nargs="+", type=Path, metavar="FILE",
+                        help="print the key-to-paint percentiles of these --json files' presses, pooled, and exit")
     parser.add_argument("--probe", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
         probe(args.probe[0], args.probe[1:])
+        return
+    if args.pool:
+        pool(args.pool)
         return
     rows = ("in", "action0", "action1", "resume", "start", "frame", "written", "seen", "action_ms", "wait",
             "frame_wall", "frame_cpu", "preempted")
