@@ -90,7 +90,7 @@ def main():
         cfg.update({k: int(v) for k, v in (item.split("=") for item in filter(None, text.split(",")))})
         prep_const = {"K": 128, "V": 128, "BK": cfg["BK"], "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
                       "AQK_LO": cfg["aqk_lo"], "WY": int(not cfg["prep_split"]), "ORDER": cfg["prep_order"],
-                      "FAR": int(not cfg["far_split"]), "FLAGGED": 0}
+                      "FAR": (1, 0, 2)[cfg["far_split"]], "FLAGGED": 0}
         prep_opts = {"num_warps": cfg["prep_warps"], "num_stages": cfg["prep_stages"]}
         kernels = [("prep", kc._kda_prep, PREP_ARGS, prep_const,
                     dict(prep_opts, **({"maxnreg": cfg["prep_nreg"]} if cfg["prep_nreg"] else {})))]

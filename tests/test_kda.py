@@ -171,7 +171,8 @@ def test_one_k_slice_matches_oracle(params):
 
 PREP_LAYOUTS = [{"far_split": 1}, {"prep_split": 1}, {"far_split": 1, "prep_split": 1, "wy_warps": 8},
                 {"prep_order": 1}, {"far_split": 1, "prep_warps": 8, "prep_nreg": 128},
-                {"far_split": 1, "prep_split": 1, "prep_order": 1, "BK": 16}]
+                {"far_split": 1, "prep_split": 1, "prep_order": 1, "BK": 16}, {"far_split": 2},
+                {"far_split": 2, "BK": 16}]
 
 
 @pytest.mark.parametrize("layout", PREP_LAYOUTS)

@@ -251,8 +251,9 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
     channel: the g = -5 bound does) are zeroed and recomputed by _blocked_slice around 16-row past anchors. The
     row's own reach picks its path, so o_t still never depends on later tokens.
 
-    FAR 0 (far_split) compiles without the second path: such a chunk is only flagged (flagb), and a second launch
-    with FAR 1 redoes the flagged chunks, so the common kernel carries neither its code nor its spills.
+    FAR 0 (far_split 1) compiles without the second path: such a chunk is only flagged (flagb), and a second
+    launch with FAR 1 redoes the flagged chunks, so the common kernel carries neither its code nor its spills.
+    FAR 2 (far_split 2) compiles without it too, for chunks that _chunk_reaches has already found free of it.
     """
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
@@ -264,14 +265,14 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
         akk, aqk_acc, reach = _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk,
                                            aqk_acc, reach, K, BK, AQK_OPS)
     far = reach >= REACH
-    if FAR:
+    if FAR == 1:
         if tl.max(far.to(tl.int32), 0) > 0:
             akk = tl.where(far[:, None], 0.0, akk)
             aqk_acc = tl.where(far[:, None], 0.0, aqk_acc)
             for kk in range(0, K, BK):
                 akk, aqk_acc = _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K, BK,
                                               AQK_OPS)
-    else:
+    elif FAR == 0:
         tl.store(flagb, tl.max(far.to(tl.int32), 0))
     aqk_acc = tl.where(rr >= cc, aqk_acc, 0.0)
     hi = aqk_acc.to(aqk.dtype.element_ty)
@@ -355,16 +356,37 @@ def _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_
         _store_chunk(lbuf + mid_row * 64, 64, tl.arange(0, 64), L)
 
 
+@triton.jit
+def _chunk_reaches(gb, rmask, flagb, H, K: tl.constexpr, BK: tl.constexpr):
+    """far_split 2, before any other work: 1 (also stored in flagb) when some channel's decay over the whole chunk
+    comes within one log2 unit of REACH, else 0. g <= 0 makes each row's decay at most the chunk's, so a chunk
+    with 0 has no row on the second path (the unit covers the different summation order of the prep's cumsum);
+    a chunk with 1 goes to the flagged launch, which picks each row's path itself, so o is the same either way."""
+    LN2INV: tl.constexpr = 1.4426950408889634
+    r64 = tl.arange(0, 64)
+    top = tl.zeros([BK], dtype=tl.float32)
+    for kk in tl.static_range(0, K, BK):
+        top = tl.maximum(top, -tl.sum(_rows_tile(gb, r64, rmask, H * K, kk + tl.arange(0, BK)), 0))
+    hit = (tl.max(top * LN2INV, 0) >= REACH - 1.0).to(tl.int32)
+    tl.store(flagb, hit)
+    return hit
+
+
 @triton.jit(do_not_specialize=["T", "NT", "H"])
 def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, scale, H, K: tl.constexpr,
               V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
               AQK_LO: tl.constexpr, FAR: tl.constexpr, FLAGGED: tl.constexpr, WY: tl.constexpr,
               ORDER: tl.constexpr):
     """Everything chunk-parallel, for one (chunk, head); with WY, L never leaves registers. FLAGGED: only the
-    chunks that a FAR 0 launch flagged (far_split's second launch); the others return at once."""
+    chunks that a FAR 0 or 2 launch flagged (far_split's second launch); the others return at once. FAR 2
+    (far_split 2): the chunk is flagged from its decay before any other work and left to the second launch."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
     if FLAGGED:
         if tl.load(flag + mid_row // 64) != 0:
+            _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask,
+                        scale, H, K, V, BK, BVP, AQK_OPS, AQK_LO, FAR, WY)
+    elif FAR == 2:
+        if _chunk_reaches(g + in_row * K, rmask, flag + mid_row // 64, H, K, BK) == 0:
             _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask,
                         scale, H, K, V, BK, BVP, AQK_OPS, AQK_LO, FAR, WY)
     else:
@@ -441,9 +463,9 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     bv = min(cfg["BV"] or _pick_bv(B, H, V), V)
     bk = min(cfg["BK"], K)
     bvp = min(cfg["BVP"], V)
-    if q.is_cuda and (bk < min(64, K) or bvp < min(64, V)):
-        raise ValueError(f"kda_chunked: BK={bk}, BVP={bvp}: slices below 64 gave wrong o or an illegal address on "
-                         "the H200 (2026-12-01)")
+    if q.is_cuda and (bk < min(32, K) or bvp < min(64, V)):
+        raise ValueError(f"kda_chunked: BK={bk}, BVP={bvp}: BK below 32 or BVP below 64 is not supported on CUDA "
+                         "(BK 32 with BVP 32 gave wrong o or an illegal address on the H200, 2026-12-01)")
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     dev = q.device
     LAUNCHED.clear()
@@ -469,10 +491,12 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
                    num_stages=cfg["prep_stages"])
     # the register cap applies to the first launch only: the flagged one carries the second path, which spills
     # heavily under a cap (704 B at 128)
-    LAUNCHED["prep"] = _kda_prep[grid](*prep_args, FAR=not cfg["far_split"], FLAGGED=False,
+    # FAR: 1 the second path compiled in; 0 (far_split 1) a chunk that needs it flagged after its products, 2
+    # (far_split 2) before them, from its decay
+    LAUNCHED["prep"] = _kda_prep[grid](*prep_args, FAR=(1, 0, 2)[cfg["far_split"]], FLAGGED=False,
                                        maxnreg=cfg["prep_nreg"] or None, **prep_kw)
     if cfg["far_split"]:
-        LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=True, FLAGGED=True, **prep_kw)
+        LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=1, FLAGGED=True, **prep_kw)
     if cfg["prep_split"]:
         LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, lbuf, T, NT, H, K=K, V=V, BK=bk, BVP=bvp,
                                        ORDER=cfg["prep_order"], num_warps=cfg["wy_warps"],
