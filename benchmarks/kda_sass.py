@@ -88,7 +88,7 @@ def main():
         cfg = dict({"aqk_ops": 0, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0, "prep_nreg": 0,
                     "wy_warps": 4}, **kc.CONFIG)
         cfg.update({k: int(v) for k, v in (item.split("=") for item in filter(None, text.split(",")))})
-        prep_const = {"K": 128, "V": 128, "BK": cfg["BK"], "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
+        prep_const = {"K": 128, "V": 128, "BK": cfg["BK"], "BW": 64, "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
                       "AQK_LO": cfg["aqk_lo"], "WY": int(not cfg["prep_split"]), "ORDER": cfg["prep_order"],
                       "FAR": int(not cfg["far_split"]), "FLAGGED": 0}
         prep_opts = {"num_warps": cfg["prep_warps"], "num_stages": cfg["prep_stages"]}
@@ -97,7 +97,7 @@ def main():
         if cfg["far_split"]:
             kernels.append(("prep_far", kc._kda_prep, PREP_ARGS, dict(prep_const, FAR=1, FLAGGED=1), prep_opts))
         if cfg["prep_split"]:
-            kernels.append(("wy", kc._kda_wy, WY_ARGS, {"K": 128, "V": 128, "BK": cfg["BK"], "BVP": cfg["BVP"],
+            kernels.append(("wy", kc._kda_wy, WY_ARGS, {"K": 128, "V": 128, "BW": 64, "BVP": cfg["BVP"],
                                                         "ORDER": cfg["prep_order"]},
                             dict(prep_opts, num_warps=cfg["wy_warps"])))
         kernels.append(("scan", kc._kda_scan, SCAN_ARGS,

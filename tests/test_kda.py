@@ -161,11 +161,22 @@ def test_two_k_slices_at_the_gate_bound_and_partial_chunks_match_oracle(params):
     {"B": 1, "T": 150, "H": 2, "K": 32, "V": 16, "gate": "lower_bound"},
 ])
 def test_one_k_slice_matches_oracle(params):
-    """BK = K, one slice (the default BK 64 covers K <= 64 in one): a chunk shorter than 64 rows, and three
+    """BK = K, one slice (the default BK 32 covers K <= 32 in one): a chunk shorter than 64 rows, and three
     chunks with g = -5 and h0, the last off the 16-row grid, where exponent slips show first."""
     inp = _inputs(5, **params)
     ro, rs = REF.forward(**inp)
     o, s = OURS.kda_chunked(**inp)
+    assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
+
+
+@pytest.mark.parametrize("gate", ["lower_bound", "mild"])
+def test_default_slices_at_k64_match_oracle(gate):
+    """K = 64 with CONFIG: two 32-column K slices, while W = M (Gamma K) is formed in one 64-column slice (the
+    slice widths differ on purpose: 32-column W products went wrong on the H200), with a partial chunk."""
+    inp = _inputs(6, B=1, T=100, H=2, K=64, V=32, gate=gate)
+    ro, rs = REF.forward(**inp)
+    o, s = OURS.kda_chunked(**inp)
+    assert OURS.CONFIG["BK"] == 32
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 

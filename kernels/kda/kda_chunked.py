@@ -26,7 +26,9 @@ products accumulated in place) stores qg, kg, gc, Aqk and Gamma K (parked in w) 
 second pass only where rows reach REACH; then the four 16x16 diagonal blocks of I + L, transposed once so that no
 dependent step needs a layout change, are inverted in fp32 (forward substitution on their 8x8 halves, all eight
 at once, and two 8x8x8 products for each corner) and merged with four tf32 products, and W = M diag(beta) Gamma K
-overwrites the parked values while U = M diag(beta) V is written. The scan reads the intermediates once per
+overwrites the parked values while U = M diag(beta) V is written, both in 64-column slices. With 32-column K
+slices and a 168-register cap, three programs share an SM (two before: the K pass's 64-column fp32 tiles held
+about 250 registers). The scan reads the intermediates once per
 V-block and writes o and the final state, so no per-chunk state goes to memory. Two launches in all, against
 FLA's six. Three layout knobs (far_split, prep_split, prep_order; CONFIG) rearrange the preparation into more
 launches or another grid order without changing a rounding.
@@ -46,12 +48,17 @@ LAUNCHED = {}
 # BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
 # per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms,
 # FLA 0.6.0 in the same run (benchmarks/RESULTS.md has the tables).
-# 2026-12-01 (issue 19), FLA 1.842: this CONFIG 1.081 (o error 3.4e-3 at K1, held-out at most 3.80e-3); the
-#   2026-11-30 kernel 1.216 (4.38e-3); prep_stages 2 1.151; Aqk from one bf16 product (aqk_ops 0) 1.034 but
-#   held-out o 4.11e-3, three bf16 products (aqk_ops 1) 1.188 (3.76e-3). BK 32 (with BVP 32) faulted with an
-#   illegal address, and with prep_stages 3 gave o error 1.2, although the interpreter passes BK 16: cause not
-#   isolated (tf32 products are new on that path; the 2026-11-30 tf32 variant a_f32 also faulted), so BK and BVP
-#   stay 64 on CUDA. aqk_lo with scan_stages 3 needs 237568 B of shared memory, over the 232448 limit.
+# 2026-12-02 (session 32), FLA 1.846: this CONFIG (BK 32, prep_nreg 168: 168 registers, 88 B of stack, 56 KB of
+#   shared memory, so three programs an SM instead of two) 1.036, prep 0.810 ms (held-out o at most 3.80e-3;
+#   K1lb 1.571); the same with far_split 0.997 (prep 0.770, no spills) but K1lb 2.518 (0.73x FLA), so far_split
+#   stays out; BK 32 uncapped 1.081; BK 32 + aqk_ops 1 + cap 1.048 (3.76e-3); the 64-column CONFIG of before
+#   1.088. BK 32 needed W = M (Gamma K) in 64-column slices (BW): with W in BK-column slices, as before, every BK
+#   32 variant (capped or not, far_split 0, 1 or 2, prep_stages 1 or 3) hit an illegal address or gave o error
+#   up to 0.17 (Triton 3.6; the interpreter is right either way), so BVP stays 64 too.
+# 2026-12-01 (issue 19), FLA 1.842: the 64-column CONFIG 1.081 (o error 3.4e-3 at K1, held-out at most
+#   3.80e-3); the 2026-11-30 kernel 1.216 (4.38e-3); prep_stages 2 1.151; Aqk from one bf16 product (aqk_ops 0)
+#   1.034 but held-out o 4.11e-3, three bf16 products (aqk_ops 1) 1.188 (3.76e-3). BK 32 with BVP 32 faulted (see
+#   above). aqk_lo with scan_stages 3 needs 237568 B of shared memory, over the 232448 limit.
 # 2026-11-30, FLA 1.842: anchors in one reduction + inverse by 8x8 halves: 1.221; each alone 1.228 / 1.242;
 #   neither (four row reductions and a 15-step 16x16 substitution): 1.253
 #   removed (same day, against 1.227-1.229 in the same runs): halves inverted by halves again (4x4) 1.229; 8x8
@@ -71,21 +78,21 @@ LAUNCHED = {}
 #   far_split + 8 prep warps + prep_nreg 128 1.241 (two programs an SM, 44% more instructions), heads-fastest
 #   grid 1.233; prep_split 1.091 (prep 0.42 + _kda_wy 0.44), with 8 warps and the cap 1.203. Same errors.
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
-TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [64], "BVP": [64], "prep_warps": [4, 8],
+TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
-            "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128], "wy_warps": [4, 8]}
+            "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
 second (16-row anchor) path, which a second launch runs for the chunks that need it; prep_split: M, W and U in a
 kernel of their own (_kda_wy), L passed through memory in fp32; prep_order: the prep's grid heads-fastest (1)
 instead of chunks-fastest (0). The three change no rounding (o bit-identical under the interpreter).
-prep_nreg: a register cap for the (first) prep launch, 0 for none: with 8 prep warps and far_split, 128 fits two
-programs of 8 warps on an SM (ptxas, sm_90: 24 B of stack; without the cap 242 registers, one program);
+prep_nreg: a register cap for the (first) prep launch, 0 for none: 168 fits three programs of 4 warps on an SM
+(with BK 32: 88 B of stack, ptxas sm_90); with 8 prep warps and far_split, 128 fits two programs of 8 warps;
 wy_warps: warps of _kda_wy."""
-CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 64, "BVP": 64, "prep_warps": 4,
+CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 32, "BVP": 64, "prep_warps": 4,
           "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0,
-          "prep_nreg": 0, "wy_warps": 4}
+          "prep_nreg": 168, "wy_warps": 4}
 
 
 @triton.jit
@@ -282,7 +289,7 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
 
 
 @triton.jit
-def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
         BVP: tl.constexpr):
     """M = (I + L)^-1 diag(beta), then W = M (Gamma K) over the stash in w, and U = M V (beta folded into M's
     columns: one rounding of M beta instead of one of beta V)."""
@@ -307,8 +314,8 @@ def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr,
     # beta is loaded here rather than kept live across the inversion (registers); rows past T have beta 0
     bt = tl.load(betab + r64 * H, mask=rmask, other=0.0).to(tl.float32)
     m_o = ((dinv - p) * bt[None, :]).to(op_ty)
-    for kk in tl.static_range(0, K, BK):
-        cols = kk + tl.arange(0, BK)
+    for kk in tl.static_range(0, K, BW):
+        cols = kk + tl.arange(0, BW)
         xw = tl.load(w + mid_row * K + (rr * K + cols[None, :]))
         _store_chunk(w + mid_row * K, K, cols, tl.dot(m_o, xw))
     for vv in tl.static_range(0, V, BVP):
@@ -340,8 +347,8 @@ def _chunk_setup(T, NT, H, ORDER: tl.constexpr):
 
 @triton.jit
 def _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale, H,
-                K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
-                AQK_LO: tl.constexpr, FAR: tl.constexpr, WY: tl.constexpr):
+                K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr,
+                AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr, WY: tl.constexpr):
     bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
     L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, aqk_lo,
                gc + mid_row // 64 * K, flag + mid_row // 64, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO,
@@ -349,7 +356,7 @@ def _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_
     if WY:
         # the stash of Gamma K in w was written by other threads of this program
         tl.debug_barrier()
-        _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BK, BVP)
+        _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BW, BVP)
     else:
         # prep_split: L (fp32, exact) goes to _kda_wy, a kernel of fewer registers
         _store_chunk(lbuf + mid_row * 64, 64, tl.arange(0, 64), L)
@@ -357,7 +364,7 @@ def _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
 def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, scale, H, K: tl.constexpr,
-              V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
+              V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
               AQK_LO: tl.constexpr, FAR: tl.constexpr, FLAGGED: tl.constexpr, WY: tl.constexpr,
               ORDER: tl.constexpr):
     """Everything chunk-parallel, for one (chunk, head); with WY, L never leaves registers. FLAGGED: only the
@@ -366,20 +373,20 @@ def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT
     if FLAGGED:
         if tl.load(flag + mid_row // 64) != 0:
             _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask,
-                        scale, H, K, V, BK, BVP, AQK_OPS, AQK_LO, FAR, WY)
+                        scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY)
     else:
         _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale,
-                    H, K, V, BK, BVP, AQK_OPS, AQK_LO, FAR, WY)
+                    H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_wy(v, beta, w, u, lbuf, T, NT, H, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+def _kda_wy(v, beta, w, u, lbuf, T, NT, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
             BVP: tl.constexpr, ORDER: tl.constexpr):
     """prep_split's second kernel: M, W and U of one (chunk, head) from the L that _kda_prep stored."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
     r64 = tl.arange(0, 64)
     L = tl.load(lbuf + mid_row * 64 + (r64[:, None] * 64 + r64[None, :]))
-    _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BK, BVP)
+    _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BW, BVP)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
@@ -441,9 +448,13 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     bv = min(cfg["BV"] or _pick_bv(B, H, V), V)
     bk = min(cfg["BK"], K)
     bvp = min(cfg["BVP"], V)
-    if q.is_cuda and (bk < min(64, K) or bvp < min(64, V)):
-        raise ValueError(f"kda_chunked: BK={bk}, BVP={bvp}: slices below 64 gave wrong o or an illegal address on "
-                         "the H200 (2026-12-01)")
+    # W = M (Gamma K) in 64-column slices whatever BK is: BK sets the K pass's slices only (W in 32-column
+    # slices gave an illegal address or wrong o on the H200, as U in BVP 32 did)
+    bw = min(64, K)
+    if q.is_cuda and (bk < min(32, K) or bvp < min(64, V)):
+        raise ValueError(f"kda_chunked: BK={bk}, BVP={bvp}: BK below 32 or BVP below 64 is not supported on CUDA "
+                         "(unmeasured, and 32-column W or U products gave wrong o or an illegal address on the "
+                         "H200)")
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     dev = q.device
     LAUNCHED.clear()
@@ -464,7 +475,7 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     lbuf = torch.empty(B * H, NT * BT, BT, dtype=torch.float32, device=dev) if cfg["prep_split"] else gc
     grid = (B * H, NT) if cfg["prep_order"] else (NT, B * H)
     prep_args = (q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, float(scale), H)
-    prep_kw = dict(K=K, V=V, BK=bk, BVP=bvp, AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"],
+    prep_kw = dict(K=K, V=V, BK=bk, BW=bw, BVP=bvp, AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"],
                    WY=not cfg["prep_split"], ORDER=cfg["prep_order"], num_warps=cfg["prep_warps"],
                    num_stages=cfg["prep_stages"])
     # the register cap applies to the first launch only: the flagged one carries the second path, which spills
@@ -474,7 +485,7 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     if cfg["far_split"]:
         LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=True, FLAGGED=True, **prep_kw)
     if cfg["prep_split"]:
-        LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, lbuf, T, NT, H, K=K, V=V, BK=bk, BVP=bvp,
+        LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, lbuf, T, NT, H, K=K, V=V, BW=bw, BVP=bvp,
                                        ORDER=cfg["prep_order"], num_warps=cfg["wy_warps"],
                                        num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
