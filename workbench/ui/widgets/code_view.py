@@ -162,7 +162,8 @@ class CodeView(TextArea):
 
     def _watch_selection(self, previous_selection: Selection, selection: Selection) -> None:
         super()._watch_selection(previous_selection, selection)
-        self._repaint_changed_rows()
+        if self._pending_edit is None:  # an edit sets the selection before its highlights: edit() repaints after
+            self._repaint_changed_rows()
 
     def _view_key(self) -> tuple[Any, ...]:
         """What every row's drawing depends on: a change repaints the whole view."""
