@@ -90,12 +90,12 @@ def main():
         cfg.update({k: int(v) for k, v in (item.split("=") for item in filter(None, text.split(",")))})
         prep_const = {"K": 128, "V": 128, "BK": cfg["BK"], "BW": 64, "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
                       "AQK_LO": cfg["aqk_lo"], "WY": int(not cfg["prep_split"]), "ORDER": cfg["prep_order"],
-                      "FAR": int(not cfg["far_split"]), "FLAGGED": 0}
+                      "FAR": 0 if cfg["far_split"] else cfg.get("far_stages", 1), "FLAGGED": 0}
         prep_opts = {"num_warps": cfg["prep_warps"], "num_stages": cfg["prep_stages"]}
         kernels = [("prep", kc._kda_prep, PREP_ARGS, prep_const,
                     dict(prep_opts, **({"maxnreg": cfg["prep_nreg"]} if cfg["prep_nreg"] else {})))]
         if cfg["far_split"]:
-            kernels.append(("prep_far", kc._kda_prep, PREP_ARGS, dict(prep_const, FAR=1, FLAGGED=1), prep_opts))
+            kernels.append(("prep_far", kc._kda_prep, PREP_ARGS, dict(prep_const, FAR=cfg.get("far_stages", 1), FLAGGED=1), prep_opts))
         if cfg["prep_split"]:
             kernels.append(("wy", kc._kda_wy, WY_ARGS, {"K": 128, "V": 128, "BW": 64, "BVP": cfg["BVP"],
                                                         "ORDER": cfg["prep_order"]},

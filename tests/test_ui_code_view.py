@@ -49,9 +49,9 @@ async def test_code_view_draws_the_rows_textarea_draws_wherever_it_is_scrolled_a
             await pilot.pause()
             assert ours.scroll_offset == plain.scroll_offset
             assert rows(ours) == rows(plain), y
-        edited = SOURCE.replace('"wy_warps": 4}', '"wy_warps": 8}')
+        edited = SOURCE.replace('"prep_nreg": 168,', '"prep_nreg": 128,', 1)
         edited = edited.replace('"""Our chunked KDA', '"""(edited)\nOur chunked KDA')
-        assert edited.count("\n") == SOURCE.count("\n") + 1 and '"wy_warps": 8}' in edited  # both edits took
+        assert edited.count("\n") == SOURCE.count("\n") + 1 and '"prep_nreg": 128,' in edited  # both edits took
         for text in (edited, SOURCE):
             for editor in (plain, ours):
                 editor.replace(text, (0, 0), editor.document.end)

@@ -48,6 +48,11 @@ LAUNCHED = {}
 # BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
 # per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms,
 # FLA 0.6.0 in the same run (benchmarks/RESULTS.md has the tables).
+# 2026-12-02 (session 33), FLA 1.841: the second (16-row anchor) path redone as one runtime loop over blocks 1-3,
+#   each slice the same single-block body and unpipelined (far_stages 1): 168 registers, 16 B of stack (88 before),
+#   K1 0.995, prep 0.767 (K5 0.998), against the session-32 kernel's 1.030 / 0.804 in the same run; K1lb 1.850
+#   against 1.572 (the cumsum of g is now taken once a block, three times a slice, on that path); far_split 0.988
+#   (K1lb 2.816); prep_stages 2 1.012; scan_warps 8 1.141. Held-out o at most 3.80e-3 for all.
 # 2026-12-02 (session 32), FLA 1.846: this CONFIG (BK 32, prep_nreg 168: 168 registers, 88 B of stack, 56 KB of
 #   shared memory, so three programs an SM instead of two) 1.036, prep 0.810 ms (held-out o at most 3.80e-3;
 #   K1lb 1.571); the same with far_split 0.997 (prep 0.770, no spills) but K1lb 2.518 (0.73x FLA), so far_split
@@ -80,7 +85,7 @@ LAUNCHED = {}
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
-            "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8]}
+            "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8], "far_stages": [1, 2, 3]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
@@ -89,10 +94,11 @@ kernel of their own (_kda_wy), L passed through memory in fp32; prep_order: the 
 instead of chunks-fastest (0). The three change no rounding (o bit-identical under the interpreter).
 prep_nreg: a register cap for the (first) prep launch, 0 for none: 168 fits three programs of 4 warps on an SM
 (with BK 32: 88 B of stack, ptxas sm_90); with 8 prep warps and far_split, 128 fits two programs of 8 warps;
-wy_warps: warps of _kda_wy."""
+wy_warps: warps of _kda_wy; far_stages: software pipelining of the second path's K loop (1: none, which keeps the
+common path's registers at 168 with 16 B of stack; 3: 64 B)."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 32, "BVP": 64, "prep_warps": 4,
           "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0,
-          "prep_nreg": 168, "wy_warps": 4}
+          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1}
 
 
 @triton.jit
@@ -218,30 +224,28 @@ def _chunk_slice(kk, qb, kb, gb, w, qg, kg, gcb, mid_row, rmask, scale, H, akk, 
 
 
 @triton.jit
-def _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: tl.constexpr, BK: tl.constexpr,
+def _blocked_slice(kk, blk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: tl.constexpr, BK: tl.constexpr,
                    AQK_OPS: tl.constexpr):
-    """One BK-column slice of Akk and Aqk for the rows in `far` only (rows whose decay from the chunk start
-    reaches REACH on some channel), each 16-row block around its own past anchor: rows 2^(G_r - c_i) <= 1, columns
-    2^(c_i - G_j) <= 2^115.4 for the block's own columns (g >= -5), zero past them. Rows 0-15 never reach REACH
-    for g >= -5 (at most 115.4), so block 0 is not redone."""
+    """One BK-column slice of Akk and Aqk for the far rows of 16-row block `blk` (1-3) only (rows whose decay
+    from the chunk start reaches REACH on some channel), around the block's own past anchor c, the row before it:
+    rows 2^(G_r - c) <= 1, columns 2^min(c - G_j, REACH), which is 2^(c - G_j) <= 2^115.4 for every column the
+    block's rows keep (j <= r, g >= -5) and finite for the rest. Rows 0-15 never reach REACH for g >= -5 (at
+    most 115.4), so block 0 is not redone. One block a call, so this body holds no more tiles than _chunk_slice
+    and the kernel that carries it needs no more registers."""
     LN2INV: tl.constexpr = 1.4426950408889634
     op_ty: tl.constexpr = qb.dtype.element_ty
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
     cols = kk + tl.arange(0, BK)
     G = tl.cumsum(_rows_tile(gb, r64, rmask, H * K, cols) * LN2INV, 0)
-    # rows 15, 31 and 47 in one reduction over the rows
-    blk = tl.arange(0, 4)
-    ends = tl.sum(tl.where(rr[None, :, :] == (16 * blk + 15)[:, None, None], G[None, :, :], 0.0), 1)
+    c = tl.sum(tl.where(rr == 16 * blk - 1, G, 0.0), 0)
     kt = _rows_tile(kb, r64, rmask, H * K, cols)
-    qt = _rows_tile(qb, r64, rmask, H * K, cols) * scale
-    for i in tl.static_range(1, 4):
-        c = tl.sum(tl.where(blk[:, None] == i - 1, ends, 0.0), 0)
-        m = (rr >= 16 * i) & (rr < 16 * i + 16) & far[:, None]
-        rowf = tl.where(m, tl.exp2(G - c[None, :]), 0.0)
-        col_t = tl.trans(tl.where(rr < 16 * i + 16, kt * tl.exp2(c[None, :] - G), 0.0))
-        akk = tl.dot((kt * rowf).to(op_ty), col_t.to(op_ty), akk)
-        aqk_acc = _aqk_dot(qt * rowf, col_t, aqk_acc, op_ty, AQK_OPS)
+    m = (rr // 16 == blk) & far[:, None]
+    rowf = tl.where(m, tl.exp2(G - c[None, :]), 0.0)
+    col_t = tl.trans(kt * tl.exp2(tl.minimum(c[None, :] - G, REACH)))
+    akk = tl.dot((kt * rowf).to(op_ty), col_t.to(op_ty), akk)
+    rq = _rows_tile(qb, r64, rmask, H * K, cols) * (rowf * scale)
+    aqk_acc = _aqk_dot(rq, col_t, aqk_acc, op_ty, AQK_OPS)
     return akk, aqk_acc
 
 
@@ -275,9 +279,10 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
         if tl.max(far.to(tl.int32), 0) > 0:
             akk = tl.where(far[:, None], 0.0, akk)
             aqk_acc = tl.where(far[:, None], 0.0, aqk_acc)
-            for kk in range(0, K, BK):
-                akk, aqk_acc = _blocked_slice(kk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K, BK,
-                                              AQK_OPS)
+            for blk in range(1, 4):
+                for kk in tl.range(0, K, BK, num_stages=FAR):
+                    akk, aqk_acc = _blocked_slice(kk, blk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K,
+                                                  BK, AQK_OPS)
     else:
         tl.store(flagb, tl.max(far.to(tl.int32), 0))
     aqk_acc = tl.where(rr >= cc, aqk_acc, 0.0)
@@ -480,10 +485,10 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
                    num_stages=cfg["prep_stages"])
     # the register cap applies to the first launch only: the flagged one carries the second path, which spills
     # heavily under a cap (704 B at 128)
-    LAUNCHED["prep"] = _kda_prep[grid](*prep_args, FAR=not cfg["far_split"], FLAGGED=False,
+    LAUNCHED["prep"] = _kda_prep[grid](*prep_args, FAR=0 if cfg["far_split"] else cfg["far_stages"], FLAGGED=False,
                                        maxnreg=cfg["prep_nreg"] or None, **prep_kw)
     if cfg["far_split"]:
-        LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=True, FLAGGED=True, **prep_kw)
+        LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=cfg["far_stages"], FLAGGED=True, **prep_kw)
     if cfg["prep_split"]:
         LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, lbuf, T, NT, H, K=K, V=V, BW=bw, BVP=bvp,
                                        ORDER=cfg["prep_order"], num_warps=cfg["wy_warps"],
