@@ -52,7 +52,9 @@ LAUNCHED = {}
 #   each slice the same single-block body and unpipelined (far_stages 1): 168 registers, 16 B of stack (88 before),
 #   K1 0.995, prep 0.767 (K5 0.998), against the session-32 kernel's 1.030 / 0.804 in the same run; K1lb 1.850
 #   against 1.572 (the cumsum of g is now taken once a block, three times a slice, on that path); far_split 0.988
-#   (K1lb 2.816); prep_stages 2 1.012; scan_warps 8 1.141. Held-out o at most 3.80e-3 for all.
+#   (K1lb 2.816); prep_stages 2 1.012; scan_warps 8 1.141. Held-out o at most 3.80e-3 for all. On a second
+#   machine (FLA 1.849): this CONFIG 1.003; one cumsum and one load of g, k, q per slice with a runtime loop over
+#   the blocks inside it 1.010 (K1lb 1.720 against 1.867); far_stages 3 1.009; prep_stages 4 1.069.
 # 2026-12-02 (session 32), FLA 1.846: this CONFIG (BK 32, prep_nreg 168: 168 registers, 88 B of stack, 56 KB of
 #   shared memory, so three programs an SM instead of two) 1.036, prep 0.810 ms (held-out o at most 3.80e-3;
 #   K1lb 1.571); the same with far_split 0.997 (prep 0.770, no spills) but K1lb 2.518 (0.73x FLA), so far_split
