@@ -95,7 +95,8 @@ def main():
         kernels = [("prep", kc._kda_prep, PREP_ARGS, prep_const,
                     dict(prep_opts, **({"maxnreg": cfg["prep_nreg"]} if cfg["prep_nreg"] else {})))]
         if cfg["far_split"]:
-            kernels.append(("prep_far", kc._kda_prep, PREP_ARGS, dict(prep_const, FAR=cfg.get("far_stages", 1), FLAGGED=1), prep_opts))
+            far_const = dict(prep_const, FAR=cfg.get("far_stages", 1), FLAGGED=1)
+            kernels.append(("prep_far", kc._kda_prep, PREP_ARGS, far_const, prep_opts))
         if cfg["prep_split"]:
             kernels.append(("wy", kc._kda_wy, WY_ARGS, {"K": 128, "V": 128, "BW": 64, "BVP": cfg["BVP"],
                                                         "ORDER": cfg["prep_order"]},

@@ -87,7 +87,8 @@ LAUNCHED = {}
 # Earlier: 8 prep warps doubled the prep time (2026-11-30); scan_stages 3 beat 2 on every shape (2026-11-29).
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
-            "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8], "far_stages": [1, 2, 3]}
+            "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8],
+            "far_stages": [1, 2, 3]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
@@ -95,7 +96,7 @@ second (16-row anchor) path, which a second launch runs for the chunks that need
 kernel of their own (_kda_wy), L passed through memory in fp32; prep_order: the prep's grid heads-fastest (1)
 instead of chunks-fastest (0). The three change no rounding (o bit-identical under the interpreter).
 prep_nreg: a register cap for the (first) prep launch, 0 for none: 168 fits three programs of 4 warps on an SM
-(with BK 32: 88 B of stack, ptxas sm_90); with 8 prep warps and far_split, 128 fits two programs of 8 warps;
+(with BK 32: 16 B of stack, ptxas sm_90); with 8 prep warps and far_split, 128 fits two programs of 8 warps;
 wy_warps: warps of _kda_wy; far_stages: software pipelining of the second path's K loop (1: none, which keeps the
 common path's registers at 168 with 16 B of stack; 3: 64 B)."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 32, "BVP": 64, "prep_warps": 4,
@@ -265,7 +266,8 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
     row's own reach picks its path, so o_t still never depends on later tokens.
 
     FAR 0 (far_split) compiles without the second path: such a chunk is only flagged (flagb), and a second launch
-    with FAR 1 redoes the flagged chunks, so the common kernel carries neither its code nor its spills.
+    with FAR > 0 redoes the flagged chunks, so the common kernel carries neither its code nor its spills. FAR > 0
+    is also the software pipelining depth of the second path's K loop (far_stages).
     """
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
