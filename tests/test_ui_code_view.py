@@ -202,3 +202,68 @@ async def test_an_edit_or_a_cursor_move_repaints_only_the_rows_it_changes() -> N
             editor.insert('"""', (8, 0))  # closes the module's docstring early: rows above and below it change too
         await pilot.pause()
         assert rows(ours) == rows(plain)
+
+
+ORDER_SOURCE = '''"""Exponent range (of a docstring that names a builtin before any code does).
+
+More words.
+"""
+import math
+
+
+def f(n):
+    return [math.exp(i) for i in range(n)]
+
+
+x = f(3)
+y = f(4)
+'''
+
+
+class PairOf(Pair):
+    """Pair, of another source."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield TextArea.code_editor(self.source, language="python", read_only=True, theme="css", id="plain")
+            yield CodeView.code_editor(self.source, language="python", read_only=True, theme="css", id="ours")
+
+
+async def test_an_edit_that_moves_a_names_first_capture_colours_what_textarea_colours() -> None:
+    """TextArea applies the highlight names in the order of their first captures in the whole document, and a token
+    two names capture takes the colour of the one applied last. Closing the docstring early turns its words into
+    code, where some names are then captured first: the colours follow. A one-line edit below that reaches no name's
+    first capture makes no whole-document query."""
+    app = PairOf(ORDER_SOURCE)
+    async with app.run_test(size=(160, 24)) as pilot:
+        plain, ours = app.query_one("#plain", TextArea), app.query_one("#ours", CodeView)
+        app.set_focus(None)
+        await pilot.pause()
+        assert rows(ours) == rows(plain)
+        document = ours.document
+        query = document.query_syntax_tree
+        whole: list[int] = []
+
+        def counted(q, start_point=None, end_point=None):  # noqa: ANN001, ANN202 - the document's own signature
+            if start_point is None:
+                whole.append(1)
+            return query(q, start_point=start_point, end_point=end_point)
+
+        document.query_syntax_tree = counted  # type: ignore[method-assign]
+        for editor in (plain, ours):
+            editor.replace("y = f(5)", (13, 0), (13, len(editor.document.get_line(13))))
+        await pilot.pause()
+        assert rows(ours) == rows(plain) and not whole
+        for editor in (plain, ours):
+            editor.insert('"""', (0, 9))  # the docstring ends after "Exponent": "range (...)" is code now
+        await pilot.pause()
+        assert whole == [1]
+        assert rows(ours) == rows(plain)
+        for editor in (plain, ours):
+            editor.delete((0, 9), (0, 12))
+        await pilot.pause()
+        assert rows(ours) == rows(plain)

@@ -5,7 +5,8 @@ capture of its highlight query: 18.6 ms of main-thread CPU for kernels/kda/kda_c
 an edit takes, and the kernel pane is edited at every new attempt, while the person's keys wait on the same thread.
 Here the query runs over a window of rows (the view and one view above and below, nodes that reach into it included)
 and runs again when the view leaves the window (a scroll, a taller pane), before those rows are drawn. Only a new
-document (load_text) is queried whole once, for the order in which TextArea applies the highlight names. After an
+document (load_text) is queried whole once, for the order in which TextArea applies the highlight names, and again
+after an edit that reaches a name's first capture or brings one above it (which can reorder them). After an
 edit, only the rows it can change are queried again: its own and those whose syntax tree-sitter says changed (a tuner's
 attempt changes one line: 1.4 ms of main-thread CPU for the 79-line softmax seed's window before, a fraction now).
 
@@ -53,6 +54,9 @@ class CodeView(TextArea):
         """The rows the highlights were taken for; None before the first query (and without a query)."""
         self._order: dict[str, int] = {}
         """_capture_order's names, for the document in _order_of."""
+        self._first_rows: dict[str, int] = {}
+        """The row of each name's first capture, kept through edits: an edit that reaches one, or brings a name
+        above it, can change _order (_order_may_change)."""
         self._order_of: object = None
         self._pending_edit: tuple[Tree, int, int, int] | None = None
         """While edit() runs: the tree before it (tree-sitter has applied the edit to it), the first and last rows it
@@ -92,24 +96,52 @@ class CodeView(TextArea):
         lo, hi = first, old_last + delta + 1
         for changed in old_tree.changed_ranges(self._syntax_tree()):
             lo, hi = min(lo, changed.start_point[0]), max(hi, changed.end_point[0] + 1)
+        captures = self.document.query_syntax_tree(self._highlight_query, start_point=(lo, 0), end_point=(hi, 0))
+        if self._order_may_change(captures, first, old_last, delta, lo, hi):
+            before = list(self._order)
+            self._order_of = None
+            if list(self._capture_order()) != before:  # every row's colours may differ: the whole window again
+                highlights.clear()
+                self._fill(window.start, window.stop)
+                return
+        else:
+            self._first_rows = {name: row + delta if row > old_last else row for name, row in self._first_rows.items()}
         spans = [(max(lo, window.start), min(hi, window.stop))]
         if delta < 0:  # rows from below the window moved into it
             spans.append((max(window.stop + delta, hi), window.stop))
-        for start, stop in spans:
+        for i, (start, stop) in enumerate(spans):
             if start < stop:
                 for row in range(start, stop):
                     highlights.pop(row, None)
-                self._fill(start, stop)
+                self._fill(start, stop, captures if i == 0 else None)
 
-    def _fill(self, start: int, stop: int) -> None:
-        """Add the highlights of rows start..stop (which hold none) from one query over them."""
+    def _order_may_change(self, captures: dict[str, list[Any]], first: int, old_last: int, delta: int, lo: int,
+                          hi: int) -> bool:
+        """Whether an edit of rows first..old_last, whose syntax changed on rows lo..hi (after it; `captures` is a
+        query over them), can change the order of the names' first captures: it reached a name's first capture, or
+        brought a name (or a new one) above it. Otherwise every first capture kept its place, moved by the edit."""
+        first_rows = self._first_rows
+        for name, nodes in captures.items():
+            known = first_rows.get(name)
+            if known is None or min(node.start_point[0] for node in nodes) < (known + delta if known > old_last
+                                                                                else known):
+                return True
+        for row in first_rows.values():
+            if first <= row <= old_last or lo <= (row + delta if row > old_last else row) < hi:
+                return True
+        return False
+
+    def _fill(self, start: int, stop: int, captures: dict[str, list[Any]] | None = None) -> None:
+        """Add the highlights of rows start..stop (which hold none) from one query over them (or `captures`, a query
+        over rows that include them)."""
         highlights = self._highlights
-        captures = self.document.query_syntax_tree(self._highlight_query, start_point=(start, 0),
-                                                   end_point=(stop, 0))
+        if captures is None:
+            captures = self.document.query_syntax_tree(self._highlight_query, start_point=(start, 0),
+                                                       end_point=(stop, 0))
         # A token that two captures name takes the colour of the one applied last, and TextArea applies the names in
         # the order they first occur in the whole document: that order is taken once per document (one query over
-        # all of it) and kept through its edits, so the window's rows get TextArea's colours. (An edit that moves a
-        # name's first occurrence would reorder TextArea's; here the colours stay as they were.)
+        # all of it) and kept through its edits, so the window's rows get TextArea's colours; an edit that may move a
+        # name's first occurrence takes it again (_order_may_change), as TextArea's whole query would.
         # The query hands a name's nodes in no fixed order; one name's overlaps draw alike, so they are put in document
         # order (and names first seen after the document was loaded by name): a row's list is the same whatever rows
         # the query covered, which is what lets an edit query only its rows, and _repaint_changed_rows skip the rest.
@@ -128,9 +160,12 @@ class CodeView(TextArea):
 
     def _capture_order(self) -> dict[str, int]:
         """The highlight names in the order they first occur in the document, from one query over all of it when the
-        document is new (load_text makes a new one; edits keep it). A name first seen later goes after them."""
+        document is new (load_text makes a new one) or an edit may have moved a name's first capture
+        (_order_may_change; other edits keep it). A name first seen later goes after them."""
         if self._order_of is not self.document:
-            self._order = {name: i for i, name in enumerate(self.document.query_syntax_tree(self._highlight_query))}
+            captures = self.document.query_syntax_tree(self._highlight_query)
+            self._order = {name: i for i, name in enumerate(captures)}
+            self._first_rows = {name: min(node.start_point[0] for node in nodes) for name, nodes in captures.items()}
             self._order_of = self.document
         return self._order
 
