@@ -25,11 +25,11 @@ from triton.compiler import ASTSource
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-PREP_ARGS = ("q:*bf16 k:*bf16 v:*bf16 g:*fp32 beta:*bf16 w:*bf16 u:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 aqk_lo:*bf16 "
-             "gc:*fp32 lbuf:*fp32 flag:*i32 T:i32 NT:i32 scale:fp32 H:i32")
-WY_ARGS = "v:*bf16 beta:*bf16 w:*bf16 u:*bf16 lbuf:*fp32 T:i32 NT:i32 H:i32"
-SCAN_ARGS = ("w:*bf16 u:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 aqk_lo:*bf16 gc:*fp32 h0:*fp32 o:*bf16 ht:*fp32 T:i32 NT:i32 "
-             "H:i32")
+PREP_ARGS = ("q:*bf16 k:*bf16 v:*bf16 g:*fp32 beta:*bf16 w:*bf16 u:*bf16 mbuf:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 "
+             "aqk_lo:*bf16 gc:*fp32 lbuf:*fp32 flag:*i32 T:i32 NT:i32 scale:fp32 H:i32")
+WY_ARGS = "v:*bf16 beta:*bf16 w:*bf16 u:*bf16 mbuf:*bf16 lbuf:*fp32 T:i32 NT:i32 H:i32"
+SCAN_ARGS = ("w:*bf16 u:*bf16 v:*bf16 beta:*bf16 mbuf:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 aqk_lo:*bf16 gc:*fp32 "
+             "h0:*fp32 o:*bf16 ht:*fp32 T:i32 NT:i32 H:i32")
 
 
 def compile_kernel(fn, args, const, opts):
@@ -90,7 +90,8 @@ def main():
         cfg.update({k: int(v) for k, v in (item.split("=") for item in filter(None, text.split(",")))})
         prep_const = {"K": 128, "V": 128, "BK": cfg["BK"], "BW": 64, "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
                       "AQK_LO": cfg["aqk_lo"], "WY": int(not cfg["prep_split"]), "ORDER": cfg["prep_order"],
-                      "FAR": 0 if cfg["far_split"] else cfg.get("far_stages", 1), "FLAGGED": 0}
+                      "FAR": 0 if cfg["far_split"] else cfg.get("far_stages", 1), "FLAGGED": 0,
+                      "M_SCAN": cfg.get("m_scan", 0)}
         prep_opts = {"num_warps": cfg["prep_warps"], "num_stages": cfg["prep_stages"]}
         kernels = [("prep", kc._kda_prep, PREP_ARGS, prep_const,
                     dict(prep_opts, **({"maxnreg": cfg["prep_nreg"]} if cfg["prep_nreg"] else {})))]
@@ -99,10 +100,13 @@ def main():
             kernels.append(("prep_far", kc._kda_prep, PREP_ARGS, far_const, prep_opts))
         if cfg["prep_split"]:
             kernels.append(("wy", kc._kda_wy, WY_ARGS, {"K": 128, "V": 128, "BW": 64, "BVP": cfg["BVP"],
-                                                        "ORDER": cfg["prep_order"]},
+                                                        "ORDER": cfg["prep_order"],
+                                                        "M_SCAN": prep_const["M_SCAN"]},
                             dict(prep_opts, num_warps=cfg["wy_warps"])))
-        kernels.append(("scan", kc._kda_scan, SCAN_ARGS,
-                        {"K": 128, "V": 128, "BV": cfg["BV"] or 64, "HAS_H0": True, "AQK_LO": cfg["aqk_lo"]},
+        scan_fn = kc._kda_scan_t if cfg.get("scan_t") else kc._kda_scan
+        kernels.append(("scan", scan_fn, SCAN_ARGS,
+                        {"K": 128, "V": 128, "BV": cfg["BV"] or 64, "HAS_H0": True, "AQK_LO": cfg["aqk_lo"],
+                         "M_SCAN": cfg.get("m_scan", 0)},
                         {"num_warps": cfg["scan_warps"], "num_stages": cfg["scan_stages"]}))
         for name, fn, sig, const, opts in kernels:
             head, loops = describe(*compile_kernel(fn, sig, const, opts))

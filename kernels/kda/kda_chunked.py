@@ -5,7 +5,9 @@ Math: KERNELS.md section 1.3. Per 64-token chunk with chunk-local log2 cumulativ
     M  = (I + L)^-1 diag(beta)                                W = M (Gamma K),  U = M V
     kg = 2^(G_C - G) K,  qg = scale Gamma Q,  gc = 2^(G_C)
 and the scan, per chunk with entry state S (fp32, in registers):
-    V' = U - W S;   O = qg S + Aqk V';   S <- diag(gc) S + kg^T V'.
+    V' = U - W S = M (V - (Gamma K) S);   O = qg S + Aqk V';   S <- diag(gc) S + kg^T V'.
+The second form of V' (m_scan 2) lets the prep store M and Gamma K and never form W or U, so that it reads no V
+and writes no U, while the scan applies M to V - (Gamma K) S, one 64x64xBV product more on its chain.
 
 Exponent range (KERNELS.md section 1.4): exp2(G_r - G_j) is split into a row and a column factor around an
 anchor that is always a past row of the rows it serves. First around the chunk start (anchor 0): row factors
@@ -22,16 +24,17 @@ rounding. Aqk is therefore one tf32 product of fp32 operands (aqk_ops, _aqk_dot)
 columns, so U = (M diag beta) V rounds M beta once and V not at all.
 
 Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, the chunk-start
-products accumulated in place) stores qg, kg, gc, Aqk and Gamma K (parked in w) and keeps L in registers, with a
+products accumulated in place) stores qg, kg, gc, Aqk and Gamma K (into w) and keeps L in registers, with a
 second pass only where rows reach REACH; then the four 16x16 diagonal blocks of I + L, transposed once so that no
 dependent step needs a layout change, are inverted in fp32 (forward substitution on their 8x8 halves, all eight
-at once, and two 8x8x8 products for each corner) and merged with four tf32 products, and W = M diag(beta) Gamma K
-overwrites the parked values while U = M diag(beta) V is written, both in 64-column slices. With 32-column K
-slices and a 168-register cap, three programs share an SM (two before: the K pass's 64-column fp32 tiles held
-about 250 registers). The scan reads the intermediates once per
-V-block and writes o and the final state, so no per-chunk state goes to memory. Two launches in all, against
-FLA's six. Three layout knobs (far_split, prep_split, prep_order; CONFIG) rearrange the preparation into more
-launches or another grid order without changing a rounding.
+at once, and two 8x8x8 products for each corner) and merged with four tf32 products into M diag(beta); then
+(m_scan 0) W = M diag(beta) Gamma K overwrites the parked values while U = M diag(beta) V is written, both in
+64-column slices, or (m_scan 1, 2, 4) M itself is stored for the scan. With 32-column K slices and a 168-register
+cap, three programs share an SM. The scan (_kda_scan, or _kda_scan_t with the state transposed so that every
+product takes its left operand from registers: scan_t) reads the intermediates once per V-block and writes o and
+the final state, so no per-chunk state goes to memory. Two launches in all, against FLA's six. Three layout knobs (far_split,
+prep_split, prep_order; CONFIG) rearrange the preparation into more launches or another grid order without
+changing a rounding.
 """
 
 import torch
@@ -88,7 +91,7 @@ LAUNCHED = {}
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
             "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8],
-            "far_stages": [1, 2, 3]}
+            "far_stages": [1, 2, 3], "m_scan": [0, 1, 2, 4], "scan_t": [0, 1]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
@@ -98,10 +101,16 @@ instead of chunks-fastest (0). The three change no rounding (o bit-identical und
 prep_nreg: a register cap for the (first) prep launch, 0 for none: 168 fits three programs of 4 warps on an SM
 (with BK 32: 16 B of stack, ptxas sm_90); with 8 prep warps and far_split, 128 fits two programs of 8 warps;
 wy_warps: warps of _kda_wy; far_stages: software pipelining of the second path's K loop (1: none, which keeps the
-common path's registers at 168 with 16 B of stack; 3: 64 B)."""
+common path's registers at 168 with 16 B of stack; 3: 64 B).
+m_scan: where M = (I + L)^-1 diag(beta) is applied: 0, the prep forms W and U; 1, the prep forms W and the scan
+U = M V; 2, the prep stores M and Gamma K only and the scan forms V' = M (V - (Gamma K) S); 4, as 2 with M's
+strictly lower part packed into Aqk's upper triangle (one 64x64 tile fewer a chunk in the scan's pipeline, so
+three stages fit in shared memory: 216 KB against 232 for 2, ptxas sm_90). scan_t: the scan with the state
+transposed (_kda_scan_t; m_scan 0-2): no operand of the recurrence staged through shared memory (m_scan 2 at
+three stages: 194 KB)."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 32, "BVP": 64, "prep_warps": 4,
           "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0,
-          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1}
+          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1, "m_scan": 0, "scan_t": 0}
 
 
 @triton.jit
@@ -254,7 +263,8 @@ def _blocked_slice(kk, blk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: t
 
 @triton.jit
 def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, scale, H, K: tl.constexpr,
-           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr):
+           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr,
+           PACK: tl.constexpr):
     """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk (bf16, plus its rounding
     remainder in aqk_lo when AQK_LO), qg, kg, Gamma K (into w, until W replaces it) and gc, for one chunk.
 
@@ -291,17 +301,22 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
         tl.store(flagb, tl.max(far.to(tl.int32), 0))
     aqk_acc = tl.where(rr >= cc, aqk_acc, 0.0)
     hi = aqk_acc.to(aqk.dtype.element_ty)
-    _store_chunk(aqk + mid_row * 64, 64, r64, hi)
+    if PACK:
+        # the upper triangle is M's (_wy): disjoint stores, so no ordering between the two is needed
+        tl.store(aqk + mid_row * 64 + (rr * 64 + cc), hi, mask=rr >= cc)
+    else:
+        _store_chunk(aqk + mid_row * 64, 64, r64, hi)
     if AQK_LO:
         _store_chunk(aqk_lo + mid_row * 64, 64, r64, aqk_acc - hi.to(tl.float32))
     return tl.where(rr > cc, akk * bt[:, None], 0.0)
 
 
 @triton.jit
-def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
-        BVP: tl.constexpr):
-    """M = (I + L)^-1 diag(beta), then W = M (Gamma K) over the stash in w, and U = M V (beta folded into M's
-    columns: one rounding of M beta instead of one of beta V)."""
+def _wy(L, vb, betab, w, u, mbuf, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
+        BVP: tl.constexpr, M_SCAN: tl.constexpr):
+    """M = (I + L)^-1 diag(beta) (beta folded into M's columns: one rounding of M beta instead of one of beta V),
+    then by M_SCAN: 0, W = M (Gamma K) over the stash in w and U = M V; 1, W, with M stored for the scan's U = M V;
+    2, M stored only (the scan forms V' = M (V - (Gamma K) S) from the stash)."""
     op_ty: tl.constexpr = vb.dtype.element_ty
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
@@ -323,14 +338,22 @@ def _wy(L, vb, betab, w, u, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr,
     # beta is loaded here rather than kept live across the inversion (registers); rows past T have beta 0
     bt = tl.load(betab + r64 * H, mask=rmask, other=0.0).to(tl.float32)
     m_o = ((dinv - p) * bt[None, :]).to(op_ty)
-    for kk in tl.static_range(0, K, BW):
-        cols = kk + tl.arange(0, BW)
-        xw = tl.load(w + mid_row * K + (rr * K + cols[None, :]))
-        _store_chunk(w + mid_row * K, K, cols, tl.dot(m_o, xw))
-    for vv in tl.static_range(0, V, BVP):
-        cols = vv + tl.arange(0, BVP)
-        y = tl.load(vb + (r64[:, None] * (H * V) + cols[None, :]), mask=rmask[:, None], other=0.0)
-        _store_chunk(u + mid_row * V, V, cols, tl.dot(m_o, y))
+    if M_SCAN == 4:
+        # M's strictly lower part, transposed, into the upper triangle of Aqk's tile (mbuf is aqk); its diagonal
+        # is beta exactly ((I + L)^-1 has a unit diagonal), which the scan takes from the input
+        tl.store(mbuf + mid_row * 64 + (cc * 64 + rr), m_o, mask=rr > cc)
+    elif M_SCAN:
+        _store_chunk(mbuf + mid_row * 64, 64, r64, m_o)
+    if M_SCAN < 2:
+        for kk in tl.static_range(0, K, BW):
+            cols = kk + tl.arange(0, BW)
+            xw = tl.load(w + mid_row * K + (rr * K + cols[None, :]))
+            _store_chunk(w + mid_row * K, K, cols, tl.dot(m_o, xw))
+    if M_SCAN == 0:
+        for vv in tl.static_range(0, V, BVP):
+            cols = vv + tl.arange(0, BVP)
+            y = tl.load(vb + (r64[:, None] * (H * V) + cols[None, :]), mask=rmask[:, None], other=0.0)
+            _store_chunk(u + mid_row * V, V, cols, tl.dot(m_o, y))
 
 
 @triton.jit
@@ -355,52 +378,69 @@ def _chunk_setup(T, NT, H, ORDER: tl.constexpr):
 
 
 @triton.jit
-def _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale, H,
-                K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr,
-                AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr, WY: tl.constexpr):
+def _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale,
+                H, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr,
+                AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr, WY: tl.constexpr,
+                M_SCAN: tl.constexpr):
     bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
     L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, aqk_lo,
                gc + mid_row // 64 * K, flag + mid_row // 64, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO,
-               FAR)
+               FAR, M_SCAN == 4)
     if WY:
-        # the stash of Gamma K in w was written by other threads of this program
-        tl.debug_barrier()
-        _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BW, BVP)
+        if M_SCAN < 2:
+            # the stash of Gamma K in w was written by other threads of this program
+            tl.debug_barrier()
+        _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, mid_row, rmask, H, K, V, BW, BVP, M_SCAN)
     else:
         # prep_split: L (fp32, exact) goes to _kda_wy, a kernel of fewer registers
         _store_chunk(lbuf + mid_row * 64, 64, tl.arange(0, 64), L)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_prep(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, scale, H, K: tl.constexpr,
-              V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr, AQK_OPS: tl.constexpr,
-              AQK_LO: tl.constexpr, FAR: tl.constexpr, FLAGGED: tl.constexpr, WY: tl.constexpr,
-              ORDER: tl.constexpr):
+def _kda_prep(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, scale, H,
+              K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr,
+              AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr, FLAGGED: tl.constexpr,
+              WY: tl.constexpr, ORDER: tl.constexpr, M_SCAN: tl.constexpr):
     """Everything chunk-parallel, for one (chunk, head); with WY, L never leaves registers. FLAGGED: only the
     chunks that a FAR 0 launch flagged (far_split's second launch); the others return at once."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
     if FLAGGED:
         if tl.load(flag + mid_row // 64) != 0:
-            _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask,
-                        scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY)
+            _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row,
+                        rmask, scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY, M_SCAN)
     else:
-        _prep_chunk(q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale,
-                    H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY)
+        _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask,
+                    scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY, M_SCAN)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_wy(v, beta, w, u, lbuf, T, NT, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
-            BVP: tl.constexpr, ORDER: tl.constexpr):
+def _kda_wy(v, beta, w, u, mbuf, lbuf, T, NT, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
+            BVP: tl.constexpr, ORDER: tl.constexpr, M_SCAN: tl.constexpr):
     """prep_split's second kernel: M, W and U of one (chunk, head) from the L that _kda_prep stored."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
     r64 = tl.arange(0, 64)
     L = tl.load(lbuf + mid_row * 64 + (r64[:, None] * 64 + r64[None, :]))
-    _wy(L, v + in_row * V, beta + in_row, w, u, mid_row, rmask, H, K, V, BW, BVP)
+    _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, mid_row, rmask, H, K, V, BW, BVP, M_SCAN)
+
+
+@triton.jit
+def _chunk_tiles(w, qg, kg, aqk, r, ck, rt, K: tl.constexpr):
+    """One chunk's rows r of w (W, or Gamma K), qg and kg [64, K], and of Aqk [64, 64], as both scans read them."""
+    Wt = tl.load(w + r[:, None] * K + ck[None, :])
+    Qt = tl.load(qg + r[:, None] * K + ck[None, :])
+    Kt = tl.load(kg + r[:, None] * K + ck[None, :])
+    At = tl.load(aqk + r[:, None] * 64 + rt[None, :])
+    return Wt, Qt, Kt, At
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_scan(w, u, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H,
-              K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr):
+def _kda_scan(w, u, v, beta, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K: tl.constexpr,
+              V: tl.constexpr,
+              BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr, M_SCAN: tl.constexpr):
+    """The state recurrence of one (V-block, head) over its chunks. V' = U - W S from the prep's U and W
+    (M_SCAN 0); = M V - W S with M V formed here (1); = M (V - (Gamma K) S), w holding Gamma K (2: a bf16
+    product of M and the fp32 difference rounded to bf16); = the same with M's strictly lower part read transposed
+    from Aqk's upper triangle and its diagonal from beta (4)."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // H
@@ -413,27 +453,89 @@ def _kda_scan(w, u, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H,
         S = tl.load(h0 + state_off).to(tl.float32)
     else:
         S = tl.zeros([K, BV], dtype=tl.float32)
-    o_base = o + ((i_b.to(tl.int64) * T) * H + i_h) * V
+    # o and v are [B, T, H, V]: the same offsets
+    io_off = ((i_b.to(tl.int64) * T) * H + i_h) * V
+    o_base = o + io_off
     mid = i_bh.to(tl.int64) * NT * 64
     for it in range(0, NT):
         r = mid + it * 64 + rt
-        Wt = tl.load(w + r[:, None] * K + ck[None, :])
-        Qt = tl.load(qg + r[:, None] * K + ck[None, :])
-        Kt = tl.load(kg + r[:, None] * K + ck[None, :])
-        Ut = tl.load(u + r[:, None] * V + cv[None, :]).to(tl.float32)
-        At = tl.load(aqk + r[:, None] * 64 + rt[None, :])
+        tok = it * 64 + rt
+        Wt, Qt, Kt, At = _chunk_tiles(w, qg, kg, aqk, r, ck, rt, K)
+        if M_SCAN == 4:
+            zero = tl.zeros_like(At)
+            bt = tl.load(beta + io_off // V + tok * H, mask=tok < T, other=0.0)
+            Mt = tl.where(rt[:, None] > rt[None, :], tl.trans(At),
+                          tl.where(rt[:, None] == rt[None, :], bt[None, :] + zero, zero))
+            At = tl.where(rt[:, None] >= rt[None, :], At, zero)
         gct = tl.load(gc + (i_bh.to(tl.int64) * NT + it) * K + ck)
         Sb = S.to(Wt.dtype)
-        Vp = Ut - tl.dot(Wt, Sb)
+        if M_SCAN == 0:
+            Vp = tl.load(u + r[:, None] * V + cv[None, :]).to(tl.float32) - tl.dot(Wt, Sb)
+        else:
+            if M_SCAN < 4:
+                Mt = tl.load(mbuf + r[:, None] * 64 + rt[None, :])
+            Vin = tl.load(v + io_off + tok[:, None] * (H * V) + cv[None, :], mask=(tok < T)[:, None], other=0.0)
+            if M_SCAN == 1:
+                Vp = tl.dot(Mt, Vin) - tl.dot(Wt, Sb)
+            else:
+                Vp = tl.dot(Mt, (Vin.to(tl.float32) - tl.dot(Wt, Sb)).to(Mt.dtype))
         Vb = Vp.to(Wt.dtype)
         Ot = tl.dot(At, Vb, tl.dot(Qt, Sb))
         if AQK_LO:
             Ot = tl.dot(tl.load(aqk_lo + r[:, None] * 64 + rt[None, :]), Vb, Ot)
-        tok = it * 64 + rt
         tl.store(o_base + tok[:, None] * (H * V) + cv[None, :], Ot.to(o.dtype.element_ty),
                  mask=(tok < T)[:, None])
         S = tl.dot(tl.trans(Kt), Vb, S * gct[:, None])
     tl.store(ht + state_off, S)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "H"])
+def _kda_scan_t(w, u, v, qg, kg, mbuf, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K: tl.constexpr, V: tl.constexpr,
+                BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr, M_SCAN: tl.constexpr):
+    """_kda_scan with the state kept transposed, S^T [BV, K]: every product then takes its left operand from
+    registers (S^T, V'^T, the difference X^T) and its right one from a loaded tile read transposed in shared
+    memory, so nothing of the recurrence is staged through shared memory on the dependent chain. Per chunk:
+    V'^T = U^T - S^T W^T (M_SCAN 0), V^T M^T - S^T W^T (1) or (V^T - S^T (Gamma K)^T) M^T (2); O^T = S^T qg^T +
+    V'^T Aqk^T; S^T <- S^T diag(gc) + V'^T kg."""
+    i_v = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    ck = tl.arange(0, K)
+    cv = i_v * BV + tl.arange(0, BV)
+    rt = tl.arange(0, 64)
+    state_off = i_bh.to(tl.int64) * K * V + ck[None, :] * V + cv[:, None]
+    if HAS_H0:
+        St = tl.load(h0 + state_off).to(tl.float32)
+    else:
+        St = tl.zeros([BV, K], dtype=tl.float32)
+    # o and v are [B, T, H, V]: the same offsets
+    io_off = ((i_b.to(tl.int64) * T) * H + i_h) * V
+    mid = i_bh.to(tl.int64) * NT * 64
+    for it in range(0, NT):
+        r = mid + it * 64 + rt
+        tok = it * 64 + rt
+        Wt, Qt, Kt, At = _chunk_tiles(w, qg, kg, aqk, r, ck, rt, K)
+        gct = tl.load(gc + (i_bh.to(tl.int64) * NT + it) * K + ck)
+        Sb = St.to(Wt.dtype)
+        if M_SCAN == 0:
+            Vp = tl.load(u + r[None, :] * V + cv[:, None]).to(tl.float32) - tl.dot(Sb, tl.trans(Wt))
+        else:
+            Mt = tl.load(mbuf + r[:, None] * 64 + rt[None, :])
+            Vin = tl.load(v + io_off + tok[None, :] * (H * V) + cv[:, None], mask=(tok < T)[None, :], other=0.0)
+            if M_SCAN == 1:
+                Vp = tl.dot(Vin, tl.trans(Mt)) - tl.dot(Sb, tl.trans(Wt))
+            else:
+                X = Vin.to(tl.float32) - tl.dot(Sb, tl.trans(Wt))
+                Vp = tl.dot(X.to(Mt.dtype), tl.trans(Mt))
+        Vb = Vp.to(Wt.dtype)
+        Ot = tl.dot(Sb, tl.trans(Qt), tl.dot(Vb, tl.trans(At)))
+        if AQK_LO:
+            Ot = tl.dot(Vb, tl.trans(tl.load(aqk_lo + r[:, None] * 64 + rt[None, :])), Ot)
+        tl.store(o + io_off + tok[None, :] * (H * V) + cv[:, None], Ot.to(o.dtype.element_ty),
+                 mask=(tok < T)[None, :])
+        St = tl.dot(Vb, Kt, St * gct[None, :])
+    tl.store(ht + state_off, St)
 
 
 def _pick_bv(B, H, V):
@@ -472,10 +574,19 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     w = torch.empty(B * H, NT * BT, K, dtype=q.dtype, device=dev)
     qg = torch.empty_like(w)
     kg = torch.empty_like(w)
-    u = torch.empty(B * H, NT * BT, V, dtype=q.dtype, device=dev)
+    m_scan = cfg["m_scan"]
+    if m_scan not in (0, 1, 2, 4) or cfg["scan_t"] and m_scan == 4:
+        raise ValueError(f"kda_chunked: m_scan={m_scan}, scan_t={cfg['scan_t']}: m_scan is 0, 1, 2 or 4, and the "
+                         "transposed scan (scan_t) reads no packed M (m_scan 4)")
+    # U = M V where the prep forms it (m_scan 0); M itself where the scan applies it
+    u = torch.empty(B * H, NT * BT, V, dtype=q.dtype, device=dev) if m_scan == 0 else w
+    # m_scan 4 packs M into Aqk's upper triangle
+    mbuf = torch.empty(B * H, NT * BT, BT, dtype=q.dtype, device=dev) if m_scan in (1, 2) else w
     aqk = torch.empty(B * H, NT * BT, BT, dtype=q.dtype, device=dev)
     # the rounding remainder of Aqk, read by the scan as a second product (aqk_lo); else never touched
     aqk_lo = torch.empty_like(aqk) if cfg["aqk_lo"] else aqk
+    if m_scan == 4:
+        mbuf = aqk
     gc = torch.empty(B * H, NT, K, dtype=torch.float32, device=dev)
     o = torch.empty(B, T, H, V, dtype=v.dtype, device=dev)
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
@@ -483,10 +594,10 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     flag = torch.empty(B * H * NT, dtype=torch.int32, device=dev) if cfg["far_split"] else gc
     lbuf = torch.empty(B * H, NT * BT, BT, dtype=torch.float32, device=dev) if cfg["prep_split"] else gc
     grid = (B * H, NT) if cfg["prep_order"] else (NT, B * H)
-    prep_args = (q, k, v, g, beta, w, u, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, float(scale), H)
+    prep_args = (q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, float(scale), H)
     prep_kw = dict(K=K, V=V, BK=bk, BW=bw, BVP=bvp, AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"],
-                   WY=not cfg["prep_split"], ORDER=cfg["prep_order"], num_warps=cfg["prep_warps"],
-                   num_stages=cfg["prep_stages"])
+                   WY=not cfg["prep_split"], ORDER=cfg["prep_order"], M_SCAN=m_scan,
+                   num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
     # the register cap applies to the first launch only: the flagged one carries the second path, which spills
     # heavily under a cap (704 B at 128)
     LAUNCHED["prep"] = _kda_prep[grid](*prep_args, FAR=0 if cfg["far_split"] else cfg["far_stages"], FLAGGED=False,
@@ -494,13 +605,18 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     if cfg["far_split"]:
         LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=cfg["far_stages"], FLAGGED=True, **prep_kw)
     if cfg["prep_split"]:
-        LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, lbuf, T, NT, H, K=K, V=V, BW=bw, BVP=bvp,
-                                       ORDER=cfg["prep_order"], num_warps=cfg["wy_warps"],
+        LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, mbuf, lbuf, T, NT, H, K=K, V=V, BW=bw, BVP=bvp,
+                                       ORDER=cfg["prep_order"], M_SCAN=m_scan, num_warps=cfg["wy_warps"],
                                        num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
-    LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
-        w, u, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,
-        AQK_LO=cfg["aqk_lo"], num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
+    scan_kw = dict(K=K, V=V, BV=bv, HAS_H0=initial_state is not None, AQK_LO=cfg["aqk_lo"], M_SCAN=m_scan,
+                   num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
+    if cfg["scan_t"]:
+        LAUNCHED["scan"] = _kda_scan_t[(V // bv, B * H)](w, u, v, qg, kg, mbuf, aqk, aqk_lo, gc, h0, o, ht, T, NT,
+                                                         H, **scan_kw)
+    else:
+        LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](w, u, v, beta, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T,
+                                                       NT, H, **scan_kw)
     return o, ht
 
 
