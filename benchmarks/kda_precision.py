@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.kda import reference  # noqa: E402
 
-STEPS = ("kg", "gamma_k", "qg", "akk_ops", "aqk_ops", "aqk_store", "m", "w", "beta_v", "u", "s", "v_new", "o")
+STEPS = ("kg", "gamma_k", "qg", "akk_ops", "aqk_ops", "aqk_store", "m", "w", "beta_v", "u", "s", "x", "v_new", "o")
 """Every rounding the kernel makes, in the order the prep and the scan make them."""
 PRESETS = {
     # the 2026-11-30 kernel: bf16 operands everywhere, beta V rounded before the product with M
@@ -32,6 +32,10 @@ PRESETS = {
     "tf32_aqk_lo": {"aqk_ops": "tf32", "beta_fold": True, "aqk_lo": True},
     # three bf16 products for Aqk (kernel aqk_ops 1): near-exact operands
     "split_aqk": {"aqk_ops": "exact", "beta_fold": True},
+    # tf32_aqk with U = M V formed in the scan, unrounded (kernel m_scan 1)
+    "m_scan1": {"aqk_ops": "tf32", "beta_fold": True, "m_scan": 1},
+    # tf32_aqk with V' = M (V - (Gamma K) S) in the scan, the difference x rounded to bf16 (kernel m_scan 2 and 4)
+    "m_scan2": {"aqk_ops": "tf32", "beta_fold": True, "m_scan": 2},
 }
 HELD_OUT = {
     "H1": {"B": 2, "T": 1000, "H": 4, "K": 128, "V": 128},
@@ -104,9 +108,15 @@ def model(inp: dict, design: dict, without: frozenset = frozenset(), chunk: int 
         state = h0.reshape(B * H, K, V).double()
     o = torch.empty(B * H, n, chunk, V, dtype=torch.float64)
     decay = g_end.exp().transpose(-1, -2)
+    m_scan = design.get("m_scan", 0)
     for i in range(n):
         s_op = rnd("s", state)
-        v_new = rnd("v_new", u[:, i] - w[:, i] @ s_op)
+        if m_scan == 2:
+            v_new = rnd("v_new", m[:, i] @ rnd("x", vc[:, i] - gamma_k[:, i] @ s_op))
+        elif m_scan == 1:
+            v_new = rnd("v_new", m[:, i] @ vc[:, i] - w[:, i] @ s_op)
+        else:
+            v_new = rnd("v_new", u[:, i] - w[:, i] @ s_op)
         o[:, i] = qg[:, i] @ s_op + aqk_hi[:, i] @ v_new + aqk_lo[:, i] @ v_new
         state = state * decay[:, i] + kg[:, i].transpose(-1, -2) @ v_new
     o = o.reshape(B, H, n * chunk, V)[:, :, :T].transpose(1, 2)
