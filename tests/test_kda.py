@@ -183,7 +183,8 @@ def test_default_slices_at_k64_match_oracle(gate):
 @pytest.mark.parametrize("cfg", [{"m_scan": 0, "scan_t": 0}, {"m_scan": 0}, {"m_scan": 1},
                                  {"m_scan": 1, "scan_t": 0, "far_split": 1, "BK": 16}, {},
                                  {"m_scan": 2, "scan_t": 0, "prep_split": 1}, {"aqk_lo": 1, "prep_split": 1},
-                                 {"m_scan": 4, "scan_t": 0}, {"m_scan": 4, "scan_t": 0, "far_split": 1, "prep_split": 1}])
+                                 {"m_scan": 4, "scan_t": 0},
+                                 {"m_scan": 4, "scan_t": 0, "far_split": 1, "prep_split": 1}])
 def test_m_applied_in_the_scan_matches_oracle(cfg):
     """Where M is applied (U and W from the prep; U = M V in the scan; V' = M (V - (Gamma K) S) in the scan, with
     M on its own or packed into Aqk's upper triangle) and both scans (state as is, or transposed): a partial last

@@ -32,9 +32,9 @@ at once, and two 8x8x8 products for each corner) and merged with four tf32 produ
 64-column slices, or (m_scan 1, 2, 4) M itself is stored for the scan. With 32-column K slices and a 168-register
 cap, three programs share an SM. The scan (_kda_scan, or _kda_scan_t with the state transposed so that every
 product takes its left operand from registers: scan_t) reads the intermediates once per V-block and writes o and
-the final state, so no per-chunk state goes to memory. Two launches in all, against FLA's six. Three layout knobs (far_split,
-prep_split, prep_order; CONFIG) rearrange the preparation into more launches or another grid order without
-changing a rounding.
+the final state, so no per-chunk state goes to memory. Two launches in all, against FLA's six. Three layout knobs
+(far_split, prep_split, prep_order; CONFIG) rearrange the preparation into more launches or another grid order
+without changing a rounding.
 """
 
 import torch
@@ -435,8 +435,7 @@ def _chunk_tiles(w, qg, kg, aqk, r, ck, rt, K: tl.constexpr):
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
 def _kda_scan(w, u, v, beta, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K: tl.constexpr,
-              V: tl.constexpr,
-              BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr, M_SCAN: tl.constexpr):
+              V: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr, M_SCAN: tl.constexpr):
     """The state recurrence of one (V-block, head) over its chunks. V' = U - W S from the prep's U and W
     (M_SCAN 0); = M V - W S with M V formed here (1); = M (V - (Gamma K) S), w holding Gamma K (2: a bf16
     product of M and the fp32 difference rounded to bf16); = the same with M's strictly lower part read transposed
