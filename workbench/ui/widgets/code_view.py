@@ -72,6 +72,8 @@ class CodeView(TextArea):
         pending, self._pending_edit = self._pending_edit, None
         if self.soft_wrap:  # the view's rows are wrapped lines, not the document's: TextArea's whole map
             self._window = None
+            if pending is not None:  # the name order is taken again once the window's map is back
+                self._order_of = None
             super()._build_highlight_map()
             return
         self._line_cache.clear()
@@ -80,6 +82,16 @@ class CodeView(TextArea):
             highlights.clear()
             self._window = None
             return
+        reordered = False
+        if pending is not None:
+            old_tree, first, old_last, old_count = pending
+            delta = self.document.line_count - old_count
+            lo, hi = first, old_last + delta + 1
+            for changed in old_tree.changed_ranges(self._syntax_tree()):
+                lo, hi = min(lo, changed.start_point[0]), max(hi, changed.end_point[0] + 1)
+            captures = self.document.query_syntax_tree(self._highlight_query, start_point=(lo, 0),
+                                                       end_point=(hi, 0))
+            reordered = self._follow_edit(captures, first, old_last, delta, lo, hi)
         top, height = self.scroll_offset.y, max(self.size.height, 1)
         window = self._window
         if pending is None or window is None or top < window.start or top + height > window.stop:
@@ -87,25 +99,14 @@ class CodeView(TextArea):
             window = self._window = range(max(0, top - height), top + 2 * height)
             self._fill(window.start, window.stop)
             return
-        old_tree, first, old_last, old_count = pending
-        delta = self.document.line_count - old_count
+        if reordered:  # every row's colours may differ: the whole window again
+            highlights.clear()
+            self._fill(window.start, window.stop)
+            return
         moved = {row + delta: spans for row, spans in highlights.items() if row > old_last}
         for row in [row for row in highlights if row >= first]:
             del highlights[row]
         highlights.update(moved)
-        lo, hi = first, old_last + delta + 1
-        for changed in old_tree.changed_ranges(self._syntax_tree()):
-            lo, hi = min(lo, changed.start_point[0]), max(hi, changed.end_point[0] + 1)
-        captures = self.document.query_syntax_tree(self._highlight_query, start_point=(lo, 0), end_point=(hi, 0))
-        if self._order_may_change(captures, first, old_last, delta, lo, hi):
-            before = list(self._order)
-            self._order_of = None
-            if list(self._capture_order()) != before:  # every row's colours may differ: the whole window again
-                highlights.clear()
-                self._fill(window.start, window.stop)
-                return
-        else:
-            self._first_rows = {name: row + delta if row > old_last else row for name, row in self._first_rows.items()}
         spans = [(max(lo, window.start), min(hi, window.stop))]
         if delta < 0:  # rows from below the window moved into it
             spans.append((max(window.stop + delta, hi), window.stop))
@@ -114,6 +115,19 @@ class CodeView(TextArea):
                 for row in range(start, stop):
                     highlights.pop(row, None)
                 self._fill(start, stop, captures if i == 0 else None)
+
+    def _follow_edit(self, captures: dict[str, list[Any]], first: int, old_last: int, delta: int, lo: int,
+                     hi: int) -> bool:
+        """Keep the names' order and first rows through an edit (see _order_may_change's arguments); True when the
+        order changed, so that every row's colours may have."""
+        if self._order_of is not self.document:  # no order taken for this document yet: the next fill takes it
+            return False
+        if not self._order_may_change(captures, first, old_last, delta, lo, hi):
+            self._first_rows = {name: row + delta if row > old_last else row for name, row in self._first_rows.items()}
+            return False
+        before = list(self._order)
+        self._order_of = None
+        return list(self._capture_order()) != before
 
     def _order_may_change(self, captures: dict[str, list[Any]], first: int, old_last: int, delta: int, lo: int,
                           hi: int) -> bool:
