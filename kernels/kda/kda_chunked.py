@@ -577,15 +577,13 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     if m_scan not in (0, 1, 2, 4) or cfg["scan_t"] and m_scan == 4:
         raise ValueError(f"kda_chunked: m_scan={m_scan}, scan_t={cfg['scan_t']}: m_scan is 0, 1, 2 or 4, and the "
                          "transposed scan (scan_t) reads no packed M (m_scan 4)")
-    # U = M V where the prep forms it (m_scan 0); M itself where the scan applies it
+    # U = M V where the prep forms it (m_scan 0)
     u = torch.empty(B * H, NT * BT, V, dtype=q.dtype, device=dev) if m_scan == 0 else w
-    # m_scan 4 packs M into Aqk's upper triangle
-    mbuf = torch.empty(B * H, NT * BT, BT, dtype=q.dtype, device=dev) if m_scan in (1, 2) else w
     aqk = torch.empty(B * H, NT * BT, BT, dtype=q.dtype, device=dev)
     # the rounding remainder of Aqk, read by the scan as a second product (aqk_lo); else never touched
     aqk_lo = torch.empty_like(aqk) if cfg["aqk_lo"] else aqk
-    if m_scan == 4:
-        mbuf = aqk
+    # M where the scan applies it: a tile of its own, or Aqk's upper triangle (m_scan 4)
+    mbuf = aqk if m_scan == 4 else torch.empty_like(aqk) if m_scan else w
     gc = torch.empty(B * H, NT, K, dtype=torch.float32, device=dev)
     o = torch.empty(B, T, H, V, dtype=v.dtype, device=dev)
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
