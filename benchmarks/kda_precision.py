@@ -34,7 +34,7 @@ PRESETS = {
     "split_aqk": {"aqk_ops": "exact", "beta_fold": True},
     # tf32_aqk with U = M V formed in the scan, unrounded (kernel m_scan 1)
     "m_scan1": {"aqk_ops": "tf32", "beta_fold": True, "m_scan": 1},
-    # tf32_aqk with V' = M (V - (Gamma K) S) in the scan, the difference x rounded to bf16 (kernel m_scan 2 and 4)
+    # tf32_aqk with V' = M (V - (Gamma K) S) in the scan, the difference x rounded to bf16 (kernel m_scan 2)
     "m_scan2": {"aqk_ops": "tf32", "beta_fold": True, "m_scan": 2},
 }
 HELD_OUT = {

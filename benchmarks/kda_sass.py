@@ -103,8 +103,7 @@ def main():
                                                         "ORDER": cfg["prep_order"],
                                                         "M_SCAN": prep_const["M_SCAN"]},
                             dict(prep_opts, num_warps=cfg["wy_warps"])))
-        scan_fn = kc._kda_scan_t if cfg.get("scan_t") else kc._kda_scan
-        kernels.append(("scan", scan_fn, SCAN_ARGS,
+        kernels.append(("scan", kc._kda_scan, SCAN_ARGS,
                         {"K": 128, "V": 128, "BV": cfg["BV"] or 64, "HAS_H0": True, "AQK_LO": cfg["aqk_lo"],
                          "M_SCAN": cfg.get("m_scan", 0)},
                         {"num_warps": cfg["scan_warps"], "num_stages": cfg["scan_stages"]}))

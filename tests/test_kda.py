@@ -180,16 +180,13 @@ def test_default_slices_at_k64_match_oracle(gate):
     assert rel_rms(o, ro) < TIGHT and rel_rms(s, rs) < TIGHT
 
 
-@pytest.mark.parametrize("cfg", [{"m_scan": 0, "scan_t": 0}, {"m_scan": 0}, {"m_scan": 1},
-                                 {"m_scan": 1, "scan_t": 0, "far_split": 1, "BK": 16}, {},
-                                 {"m_scan": 2, "scan_t": 0, "prep_split": 1}, {"aqk_lo": 1, "prep_split": 1},
-                                 {"m_scan": 4, "scan_t": 0},
-                                 {"m_scan": 4, "scan_t": 0, "far_split": 1, "prep_split": 1}])
+@pytest.mark.parametrize("cfg", [{"m_scan": 0}, {"m_scan": 1}, {"m_scan": 1, "far_split": 1, "BK": 16},
+                                 {"m_scan": 2}, {"m_scan": 2, "prep_split": 1, "aqk_lo": 1},
+                                 {"m_scan": 2, "far_split": 1, "prep_split": 1}])
 def test_m_applied_in_the_scan_matches_oracle(cfg):
-    """Where M is applied (U and W from the prep; U = M V in the scan; V' = M (V - (Gamma K) S) in the scan, with
-    M on its own or packed into Aqk's upper triangle) and both scans (state as is, or transposed): a partial last
-    chunk (the scan's V rows past T must read as zero), one chunk reaching REACH (the second path), h0, K != V and
-    two V-blocks of the scan."""
+    """Where M is applied (U and W from the prep; U = M V in the scan; V' = M (V - (Gamma K) S) in the scan): a
+    partial last chunk (the scan's V rows past T must read as zero), one chunk reaching REACH (the second path),
+    h0, K != V and two V-blocks of the scan."""
     inp = _inputs(11, B=1, T=150, H=2, K=32, V=64, gate="mild")
     inp["g"][:, 72:128] = -5.0
     ro, rs = REF.forward(**inp)
@@ -307,9 +304,9 @@ def test_seed_declares_tunables_it_uses():
     assert all(SEED.CONFIG[k] in SEED.TUNABLES[k] for k in SEED.CONFIG)
 
 
-@pytest.mark.parametrize("cfg", [{"m_scan": 3}, {"m_scan": 4, "scan_t": 1}])
+@pytest.mark.parametrize("cfg", [{"m_scan": 3}, {"m_scan": 4}])
 def test_chunked_rejects_m_scan_it_has_no_kernel_for(cfg):
-    """m_scan 3 does not exist (M would be stored over w), and the transposed scan reads no packed M."""
+    """M is applied in the prep or by one of the scan's two forms; any other m_scan is refused in one line."""
     with pytest.raises(ValueError, match="m_scan") as err:
         OURS.kda_chunked(**_inputs(0, B=1, T=4, H=1, K=16, V=16), **cfg)
     assert "\n" not in str(err.value)

@@ -29,9 +29,8 @@ second pass only where rows reach REACH; then the four 16x16 diagonal blocks of 
 dependent step needs a layout change, are inverted in fp32 (forward substitution on their 8x8 halves, all eight
 at once, and two 8x8x8 products for each corner) and merged with four tf32 products into M diag(beta); then
 (m_scan 0) W = M diag(beta) Gamma K overwrites the parked values while U = M diag(beta) V is written, both in
-64-column slices, or (m_scan 1, 2, 4) M itself is stored for the scan. With 32-column K slices and a 168-register
-cap, three programs share an SM. The scan (_kda_scan, or _kda_scan_t with the state transposed so that every
-product takes its left operand from registers: scan_t) reads the intermediates once per V-block and writes o and
+64-column slices, or (m_scan 1, 2) M itself is stored for the scan. With 32-column K slices and a 168-register
+cap, three programs share an SM. The scan (_kda_scan) reads the intermediates once per V-block and writes o and
 the final state, so no per-chunk state goes to memory. Two launches in all, against FLA's six. Three layout knobs
 (far_split, prep_split, prep_order; CONFIG) rearrange the preparation into more launches or another grid order
 without changing a rounding.
@@ -51,6 +50,11 @@ LAUNCHED = {}
 # BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
 # per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms,
 # FLA 0.6.0 in the same run (benchmarks/RESULTS.md has the tables).
+# 2026-12-07 (session 35), an H100 (no H200 came), FLA 2.193: CONFIG 1.048 (prep 0.764, scan 0.280); M applied in
+#   the scan, m_scan 2 at two scan stages, 1.043 (prep 0.667, scan 0.371): K1-K3, K5 within 1%, K1lb 1.914 against
+#   1.956, but K4 +5%, K6 +21%, K7 +19%, so CONFIG keeps 0. Removed, slower on every shape: the scan with the state
+#   transposed (scan_t; 1.178, with m_scan 2 1.104, with m_scan 1 1.069) and M packed into Aqk's upper triangle
+#   (m_scan 4, three stages: 1.149). Held-out o at most 3.79e-3 (m_scan 1: 3.51e-3).
 # 2026-12-02 (session 33), FLA 1.841: the second (16-row anchor) path redone as one runtime loop over blocks 1-3,
 #   each slice the same single-block body and unpipelined (far_stages 1): 168 registers, 16 B of stack (88 before),
 #   K1 0.995, prep 0.767 (K5 0.998), against the session-32 kernel's 1.030 / 0.804 in the same run; K1lb 1.850
@@ -91,7 +95,7 @@ LAUNCHED = {}
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
             "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8],
-            "far_stages": [1, 2, 3], "m_scan": [0, 1, 2, 4], "scan_t": [0, 1]}
+            "far_stages": [1, 2, 3], "m_scan": [0, 1, 2]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
@@ -103,14 +107,11 @@ prep_nreg: a register cap for the (first) prep launch, 0 for none: 168 fits thre
 wy_warps: warps of _kda_wy; far_stages: software pipelining of the second path's K loop (1: none, which keeps the
 common path's registers at 168 with 16 B of stack; 3: 64 B).
 m_scan: where M = (I + L)^-1 diag(beta) is applied: 0, the prep forms W and U; 1, the prep forms W and the scan
-U = M V; 2, the prep stores M and Gamma K only and the scan forms V' = M (V - (Gamma K) S); 4, as 2 with M's
-strictly lower part packed into Aqk's upper triangle (one 64x64 tile fewer a chunk in the scan's pipeline, so
-three stages fit in shared memory: 216 KB against 232 for 2, ptxas sm_90). scan_t: the scan with the state
-transposed (_kda_scan_t; m_scan 0-2): no operand of the recurrence staged through shared memory (m_scan 2 at
-three stages: 194 KB)."""
+U = M V; 2, the prep stores M and Gamma K only and the scan forms V' = M (V - (Gamma K) S). At K = V = 128 the scan
+of 1 or 2 fits two stages only (three need 240 and 232 KB of shared memory, over the 227 KB limit; ptxas sm_90)."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 32, "BVP": 64, "prep_warps": 4,
           "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0,
-          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1, "m_scan": 0, "scan_t": 0}
+          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1, "m_scan": 0}
 
 
 @triton.jit
@@ -263,8 +264,7 @@ def _blocked_slice(kk, blk, qb, kb, gb, rmask, far, scale, H, akk, aqk_acc, K: t
 
 @triton.jit
 def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, scale, H, K: tl.constexpr,
-           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr,
-           PACK: tl.constexpr):
+           BK: tl.constexpr, AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr):
     """Akk (returned as L = diag(beta) Akk, strictly lower, fp32) and, stored: Aqk (bf16, plus its rounding
     remainder in aqk_lo when AQK_LO), qg, kg, Gamma K (into w, until W replaces it) and gc, for one chunk.
 
@@ -301,11 +301,7 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
         tl.store(flagb, tl.max(far.to(tl.int32), 0))
     aqk_acc = tl.where(rr >= cc, aqk_acc, 0.0)
     hi = aqk_acc.to(aqk.dtype.element_ty)
-    if PACK:
-        # the upper triangle is M's (_wy): disjoint stores, so no ordering between the two is needed
-        tl.store(aqk + mid_row * 64 + (rr * 64 + cc), hi, mask=rr >= cc)
-    else:
-        _store_chunk(aqk + mid_row * 64, 64, r64, hi)
+    _store_chunk(aqk + mid_row * 64, 64, r64, hi)
     if AQK_LO:
         _store_chunk(aqk_lo + mid_row * 64, 64, r64, aqk_acc - hi.to(tl.float32))
     return tl.where(rr > cc, akk * bt[:, None], 0.0)
@@ -338,11 +334,7 @@ def _wy(L, vb, betab, w, u, mbuf, mid_row, rmask, H, K: tl.constexpr, V: tl.cons
     # beta is loaded here rather than kept live across the inversion (registers); rows past T have beta 0
     bt = tl.load(betab + r64 * H, mask=rmask, other=0.0).to(tl.float32)
     m_o = ((dinv - p) * bt[None, :]).to(op_ty)
-    if M_SCAN == 4:
-        # M's strictly lower part, transposed, into the upper triangle of Aqk's tile (mbuf is aqk); its diagonal
-        # is beta exactly ((I + L)^-1 has a unit diagonal), which the scan takes from the input
-        tl.store(mbuf + mid_row * 64 + (cc * 64 + rr), m_o, mask=rr > cc)
-    elif M_SCAN:
+    if M_SCAN:
         _store_chunk(mbuf + mid_row * 64, 64, r64, m_o)
     if M_SCAN < 2:
         for kk in tl.static_range(0, K, BW):
@@ -385,7 +377,7 @@ def _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, fla
     bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
     L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, aqk_lo,
                gc + mid_row // 64 * K, flag + mid_row // 64, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO,
-               FAR, M_SCAN == 4)
+               FAR)
     if WY:
         if M_SCAN < 2:
             # the stash of Gamma K in w was written by other threads of this program
@@ -423,23 +415,12 @@ def _kda_wy(v, beta, w, u, mbuf, lbuf, T, NT, H, K: tl.constexpr, V: tl.constexp
     _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, mid_row, rmask, H, K, V, BW, BVP, M_SCAN)
 
 
-@triton.jit
-def _chunk_tiles(w, qg, kg, aqk, r, ck, rt, K: tl.constexpr):
-    """One chunk's rows r of w (W, or Gamma K), qg and kg [64, K], and of Aqk [64, 64], as both scans read them."""
-    Wt = tl.load(w + r[:, None] * K + ck[None, :])
-    Qt = tl.load(qg + r[:, None] * K + ck[None, :])
-    Kt = tl.load(kg + r[:, None] * K + ck[None, :])
-    At = tl.load(aqk + r[:, None] * 64 + rt[None, :])
-    return Wt, Qt, Kt, At
-
-
 @triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_scan(w, u, v, beta, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K: tl.constexpr,
-              V: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr, M_SCAN: tl.constexpr):
+def _kda_scan(w, u, v, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K: tl.constexpr, V: tl.constexpr,
+              BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr, M_SCAN: tl.constexpr):
     """The state recurrence of one (V-block, head) over its chunks. V' = U - W S from the prep's U and W
     (M_SCAN 0); = M V - W S with M V formed here (1); = M (V - (Gamma K) S), w holding Gamma K (2: a bf16
-    product of M and the fp32 difference rounded to bf16); = the same with M's strictly lower part read transposed
-    from Aqk's upper triangle and its diagonal from beta (4)."""
+    product of M and the fp32 difference rounded to bf16)."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // H
@@ -459,20 +440,16 @@ def _kda_scan(w, u, v, beta, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H,
     for it in range(0, NT):
         r = mid + it * 64 + rt
         tok = it * 64 + rt
-        Wt, Qt, Kt, At = _chunk_tiles(w, qg, kg, aqk, r, ck, rt, K)
-        if M_SCAN == 4:
-            zero = tl.zeros_like(At)
-            bt = tl.load(beta + io_off // V + tok * H, mask=tok < T, other=0.0)
-            Mt = tl.where(rt[:, None] > rt[None, :], tl.trans(At),
-                          tl.where(rt[:, None] == rt[None, :], bt[None, :] + zero, zero))
-            At = tl.where(rt[:, None] >= rt[None, :], At, zero)
+        Wt = tl.load(w + r[:, None] * K + ck[None, :])
+        Qt = tl.load(qg + r[:, None] * K + ck[None, :])
+        Kt = tl.load(kg + r[:, None] * K + ck[None, :])
+        At = tl.load(aqk + r[:, None] * 64 + rt[None, :])
         gct = tl.load(gc + (i_bh.to(tl.int64) * NT + it) * K + ck)
         Sb = S.to(Wt.dtype)
         if M_SCAN == 0:
             Vp = tl.load(u + r[:, None] * V + cv[None, :]).to(tl.float32) - tl.dot(Wt, Sb)
         else:
-            if M_SCAN < 4:
-                Mt = tl.load(mbuf + r[:, None] * 64 + rt[None, :])
+            Mt = tl.load(mbuf + r[:, None] * 64 + rt[None, :])
             Vin = tl.load(v + io_off + tok[:, None] * (H * V) + cv[None, :], mask=(tok < T)[:, None], other=0.0)
             if M_SCAN == 1:
                 Vp = tl.dot(Mt, Vin) - tl.dot(Wt, Sb)
@@ -486,55 +463,6 @@ def _kda_scan(w, u, v, beta, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H,
                  mask=(tok < T)[:, None])
         S = tl.dot(tl.trans(Kt), Vb, S * gct[:, None])
     tl.store(ht + state_off, S)
-
-
-@triton.jit(do_not_specialize=["T", "NT", "H"])
-def _kda_scan_t(w, u, v, qg, kg, mbuf, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K: tl.constexpr, V: tl.constexpr,
-                BV: tl.constexpr, HAS_H0: tl.constexpr, AQK_LO: tl.constexpr, M_SCAN: tl.constexpr):
-    """_kda_scan with the state kept transposed, S^T [BV, K]: every product then takes its left operand from
-    registers (S^T, V'^T, the difference X^T) and its right one from a loaded tile read transposed in shared
-    memory, so nothing of the recurrence is staged through shared memory on the dependent chain. Per chunk:
-    V'^T = U^T - S^T W^T (M_SCAN 0), V^T M^T - S^T W^T (1) or (V^T - S^T (Gamma K)^T) M^T (2); O^T = S^T qg^T +
-    V'^T Aqk^T; S^T <- S^T diag(gc) + V'^T kg."""
-    i_v = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    ck = tl.arange(0, K)
-    cv = i_v * BV + tl.arange(0, BV)
-    rt = tl.arange(0, 64)
-    state_off = i_bh.to(tl.int64) * K * V + ck[None, :] * V + cv[:, None]
-    if HAS_H0:
-        St = tl.load(h0 + state_off).to(tl.float32)
-    else:
-        St = tl.zeros([BV, K], dtype=tl.float32)
-    # o and v are [B, T, H, V]: the same offsets
-    io_off = ((i_b.to(tl.int64) * T) * H + i_h) * V
-    mid = i_bh.to(tl.int64) * NT * 64
-    for it in range(0, NT):
-        r = mid + it * 64 + rt
-        tok = it * 64 + rt
-        Wt, Qt, Kt, At = _chunk_tiles(w, qg, kg, aqk, r, ck, rt, K)
-        gct = tl.load(gc + (i_bh.to(tl.int64) * NT + it) * K + ck)
-        Sb = St.to(Wt.dtype)
-        if M_SCAN == 0:
-            Vp = tl.load(u + r[None, :] * V + cv[:, None]).to(tl.float32) - tl.dot(Sb, tl.trans(Wt))
-        else:
-            Mt = tl.load(mbuf + r[:, None] * 64 + rt[None, :])
-            Vin = tl.load(v + io_off + tok[None, :] * (H * V) + cv[:, None], mask=(tok < T)[None, :], other=0.0)
-            if M_SCAN == 1:
-                Vp = tl.dot(Vin, tl.trans(Mt)) - tl.dot(Sb, tl.trans(Wt))
-            else:
-                X = Vin.to(tl.float32) - tl.dot(Sb, tl.trans(Wt))
-                Vp = tl.dot(X.to(Mt.dtype), tl.trans(Mt))
-        Vb = Vp.to(Wt.dtype)
-        Ot = tl.dot(Sb, tl.trans(Qt), tl.dot(Vb, tl.trans(At)))
-        if AQK_LO:
-            Ot = tl.dot(Vb, tl.trans(tl.load(aqk_lo + r[:, None] * 64 + rt[None, :])), Ot)
-        tl.store(o + io_off + tok[None, :] * (H * V) + cv[:, None], Ot.to(o.dtype.element_ty),
-                 mask=(tok < T)[None, :])
-        St = tl.dot(Vb, Kt, St * gct[None, :])
-    tl.store(ht + state_off, St)
 
 
 def _pick_bv(B, H, V):
@@ -574,16 +502,16 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     qg = torch.empty_like(w)
     kg = torch.empty_like(w)
     m_scan = cfg["m_scan"]
-    if m_scan not in (0, 1, 2, 4) or cfg["scan_t"] and m_scan == 4:
-        raise ValueError(f"kda_chunked: m_scan={m_scan}, scan_t={cfg['scan_t']}: m_scan is 0, 1, 2 or 4, and the "
-                         "transposed scan (scan_t) reads no packed M (m_scan 4)")
+    if m_scan not in (0, 1, 2):
+        raise ValueError(f"kda_chunked: m_scan={m_scan}: M is applied in the prep (0) or the scan (1: U = M V; 2: "
+                         "V' = M (V - (Gamma K) S)), nowhere else")
     # U = M V where the prep forms it (m_scan 0)
     u = torch.empty(B * H, NT * BT, V, dtype=q.dtype, device=dev) if m_scan == 0 else w
     aqk = torch.empty(B * H, NT * BT, BT, dtype=q.dtype, device=dev)
     # the rounding remainder of Aqk, read by the scan as a second product (aqk_lo); else never touched
     aqk_lo = torch.empty_like(aqk) if cfg["aqk_lo"] else aqk
-    # M where the scan applies it: a tile of its own, or Aqk's upper triangle (m_scan 4)
-    mbuf = aqk if m_scan == 4 else torch.empty_like(aqk) if m_scan else w
+    # M where the scan applies it (m_scan 1, 2)
+    mbuf = torch.empty_like(aqk) if m_scan else w
     gc = torch.empty(B * H, NT, K, dtype=torch.float32, device=dev)
     o = torch.empty(B, T, H, V, dtype=v.dtype, device=dev)
     ht = torch.empty(B, H, K, V, dtype=torch.float32, device=dev)
@@ -608,12 +536,8 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     h0 = initial_state.contiguous() if initial_state is not None else ht
     scan_kw = dict(K=K, V=V, BV=bv, HAS_H0=initial_state is not None, AQK_LO=cfg["aqk_lo"], M_SCAN=m_scan,
                    num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
-    if cfg["scan_t"]:
-        LAUNCHED["scan"] = _kda_scan_t[(V // bv, B * H)](w, u, v, qg, kg, mbuf, aqk, aqk_lo, gc, h0, o, ht, T, NT,
-                                                         H, **scan_kw)
-    else:
-        LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](w, u, v, beta, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T,
-                                                       NT, H, **scan_kw)
+    LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](w, u, v, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H,
+                                                   **scan_kw)
     return o, ht
 
 
