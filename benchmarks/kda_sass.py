@@ -28,8 +28,8 @@ TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 PREP_ARGS = ("q:*bf16 k:*bf16 v:*bf16 g:*fp32 beta:*bf16 w:*bf16 u:*bf16 mbuf:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 "
              "aqk_lo:*bf16 gc:*fp32 lbuf:*fp32 flag:*i32 T:i32 NT:i32 scale:fp32 H:i32")
 WY_ARGS = "v:*bf16 beta:*bf16 w:*bf16 u:*bf16 mbuf:*bf16 lbuf:*fp32 T:i32 NT:i32 H:i32"
-SCAN_ARGS = ("w:*bf16 u:*bf16 v:*bf16 beta:*bf16 mbuf:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 aqk_lo:*bf16 gc:*fp32 "
-             "h0:*fp32 o:*bf16 ht:*fp32 T:i32 NT:i32 H:i32")
+SCAN_ARGS = ("w:*bf16 u:*bf16 v:*bf16 mbuf:*bf16 qg:*bf16 kg:*bf16 aqk:*bf16 aqk_lo:*bf16 gc:*fp32 h0:*fp32 o:*bf16 "
+             "ht:*fp32 T:i32 NT:i32 H:i32")
 
 
 def compile_kernel(fn, args, const, opts):

@@ -534,10 +534,9 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
                                        ORDER=cfg["prep_order"], M_SCAN=m_scan, num_warps=cfg["wy_warps"],
                                        num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
-    scan_kw = dict(K=K, V=V, BV=bv, HAS_H0=initial_state is not None, AQK_LO=cfg["aqk_lo"], M_SCAN=m_scan,
-                   num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
-    LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](w, u, v, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H,
-                                                   **scan_kw)
+    LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
+        w, u, v, mbuf, qg, kg, aqk, aqk_lo, gc, h0, o, ht, T, NT, H, K=K, V=V, BV=bv, HAS_H0=initial_state is not None,
+        AQK_LO=cfg["aqk_lo"], M_SCAN=m_scan, num_warps=cfg["scan_warps"], num_stages=cfg["scan_stages"])
     return o, ht
 
 
