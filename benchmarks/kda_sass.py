@@ -91,7 +91,7 @@ def main():
         prep_const = {"K": 128, "V": 128, "BK": cfg["BK"], "BW": 64, "BVP": cfg["BVP"], "AQK_OPS": cfg["aqk_ops"],
                       "AQK_LO": cfg["aqk_lo"], "WY": int(not cfg["prep_split"]), "ORDER": cfg["prep_order"],
                       "FAR": 0 if cfg["far_split"] else cfg.get("far_stages", 1), "FLAGGED": 0,
-                      "M_SCAN": cfg.get("m_scan", 0)}
+                      "M_SCAN": cfg.get("m_scan", 0), "INV_MEM": cfg.get("inv_mem", 0)}
         prep_opts = {"num_warps": cfg["prep_warps"], "num_stages": cfg["prep_stages"]}
         kernels = [("prep", kc._kda_prep, PREP_ARGS, prep_const,
                     dict(prep_opts, **({"maxnreg": cfg["prep_nreg"]} if cfg["prep_nreg"] else {})))]
@@ -101,7 +101,8 @@ def main():
         if cfg["prep_split"]:
             kernels.append(("wy", kc._kda_wy, WY_ARGS, {"K": 128, "V": 128, "BW": 64, "BVP": cfg["BVP"],
                                                         "ORDER": cfg["prep_order"],
-                                                        "M_SCAN": prep_const["M_SCAN"]},
+                                                        "M_SCAN": prep_const["M_SCAN"],
+                                                        "INV_MEM": cfg.get("inv_mem", 0)},
                             dict(prep_opts, num_warps=cfg["wy_warps"])))
         kernels.append(("scan", kc._kda_scan, SCAN_ARGS,
                         {"K": 128, "V": 128, "BV": cfg["BV"] or 64, "HAS_H0": True, "AQK_LO": cfg["aqk_lo"],

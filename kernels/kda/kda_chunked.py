@@ -25,9 +25,10 @@ columns, so U = (M diag beta) V rounds M beta once and V not at all.
 
 Preparation, _kda_prep, one program per (chunk, head): one pass over K in BK-column slices (cumsum, the chunk-start
 products accumulated in place) stores qg, kg, gc, Aqk and Gamma K (into w) and keeps L in registers, with a
-second pass only where rows reach REACH; then the four 16x16 diagonal blocks of I + L, transposed once so that no
-dependent step needs a layout change, are inverted in fp32 (forward substitution on their 8x8 halves, all eight
-at once, and two 8x8x8 products for each corner) and merged with four tf32 products into M diag(beta); then
+second pass only where rows reach REACH; then the four 16x16 diagonal blocks of I + L, passed through a scratch
+slot of the chunk so that they are read back transposed and block-index last (no dependent step needs a layout
+change or crosses a warp), are inverted in fp32 (forward substitution on their 8x8 halves, all eight at once, and
+two 8x8x8 products for each corner) and merged with four tf32 products into M diag(beta); then
 (m_scan 0) W = M diag(beta) Gamma K overwrites the parked values while U = M diag(beta) V is written, both in
 64-column slices, or (m_scan 1, 2) M itself is stored for the scan. With 32-column K slices and a 168-register
 cap, three programs share an SM. The scan (_kda_scan) reads the intermediates once per V-block and writes o and
@@ -95,7 +96,7 @@ LAUNCHED = {}
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
             "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8],
-            "far_stages": [1, 2, 3], "m_scan": [0, 1, 2]}
+            "far_stages": [1, 2, 3], "m_scan": [0, 1, 2], "inv_mem": [0, 1, 2, 3]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
@@ -108,10 +109,15 @@ wy_warps: warps of _kda_wy; far_stages: software pipelining of the second path's
 common path's registers at 168 with 16 B of stack; 3: 64 B).
 m_scan: where M = (I + L)^-1 diag(beta) is applied: 0, the prep forms W and U; 1, the prep forms W and the scan
 U = M V; 2, the prep stores M and Gamma K only and the scan forms V' = M (V - (Gamma K) S). At K = V = 128 the scan
-of 1 or 2 fits two stages only (three need 240 and 232 KB of shared memory, over the 227 KB limit; ptxas sm_90)."""
+of 1 or 2 fits two stages only (three need 240 and 232 KB of shared memory, over the 227 KB limit; ptxas sm_90).
+inv_mem: how the four 16x16 diagonal blocks of L reach the inversion: 0, a register transpose and masked
+reductions; 1, stored from L's own registers into a scratch slot of the chunk and read back as the transposed 8x8
+halves and corners (2: and D^-1 read back as a 64x64 tile); 3, the halves' inverses and the merged D^-1 through
+the slot as well, the halves read block-index last so that the warps split the blocks and no substitution step
+crosses a warp (1,080 and 1,320 SASS instructions fewer than 0, same registers). None changes a rounding."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 32, "BVP": 64, "prep_warps": 4,
           "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0,
-          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1, "m_scan": 0}
+          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1, "m_scan": 0, "inv_mem": 0}
 
 
 @triton.jit
@@ -142,6 +148,22 @@ def _inv_blocks_t(Lt, NB: tl.constexpr, N: tl.constexpr):
         li = tl.sum(tl.where(C == i, Lt, 0.0), 2)
         upd = tl.sum(li[:, :, None] * X, 1)
         X = tl.where(R == i, X - upd[:, None, :], X)
+    return X
+
+
+@triton.jit
+def _inv_blocks_last(Lt, N: tl.constexpr):
+    """_inv_blocks_t with the block index last: Lt[j, i, b] = L_b[i, j] [N, N, NB] -> X[r, c, b]. Loaded with j
+    contiguous, the blocks are the slowest axis, so the warps split the blocks and every reduction of the N - 1
+    dependent steps stays inside a warp."""
+    r = tl.arange(0, N)
+    R = r[:, None, None]
+    C = r[None, :, None]
+    X = tl.where(R == C, 1.0, 0.0) + tl.zeros_like(Lt)
+    for i in tl.static_range(1, N):
+        li = tl.sum(tl.where(C == i, Lt, 0.0), 1)
+        upd = tl.sum(li[:, None, :] * X, 0)
+        X = tl.where(R == i, X - upd[None, :, :], X)
     return X
 
 
@@ -308,8 +330,8 @@ def _intra(qb, kb, gb, bt, w, qg, kg, aqk, aqk_lo, gcb, flagb, mid_row, rmask, s
 
 
 @triton.jit
-def _wy(L, vb, betab, w, u, mbuf, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
-        BVP: tl.constexpr, M_SCAN: tl.constexpr):
+def _wy(L, vb, betab, w, u, mbuf, scr, mid_row, rmask, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
+        BVP: tl.constexpr, M_SCAN: tl.constexpr, INV_MEM: tl.constexpr):
     """M = (I + L)^-1 diag(beta) (beta folded into M's columns: one rounding of M beta instead of one of beta V),
     then by M_SCAN: 0, W = M (Gamma K) over the stash in w and U = M V; 1, W, with M stored for the scan's U = M V;
     2, M stored only (the scan forms V' = M (V - (Gamma K) S) from the stash)."""
@@ -323,10 +345,63 @@ def _wy(L, vb, betab, w, u, mbuf, mid_row, rmask, H, K: tl.constexpr, V: tl.cons
     band = rr // 16 - cc // 16
     b4 = tl.arange(0, 4)
     same = b4[:, None, None, None] == b4[None, None, :, None]
-    # [b, j, i] = L[16b + i, 16b + j]: one transpose here instead of one per substitution step
-    lt_blocks = tl.sum(tl.where(same, tl.reshape(tl.trans(L), [4, 16, 4, 16]), 0.0), 2)
-    dinv3 = _inv_by_halves(lt_blocks, 4, 16)
-    dinv = tl.reshape(tl.where(same, dinv3[:, :, None, :], 0.0), [64, 64])
+    if INV_MEM == 3:
+        # scr: [0, 1024) the diagonal 16x16 blocks, [b, i, j] = L[16b + i, 16b + j], later D^-1's; [1024, 1536) the
+        # eight 8x8 halves' inverses, transposed: [h, c, r] = X_h[r, c]
+        tl.store(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), L, mask=band == 0)
+        tl.debug_barrier()
+        e8 = tl.arange(0, 8)
+        J3 = e8[:, None, None]
+        I3 = e8[None, :, None]
+        H3 = e8[None, None, :]
+        X = _inv_blocks_last(tl.load(scr + ((H3 // 2) * 256 + ((H3 % 2) * 8 + I3) * 16 + (H3 % 2) * 8 + J3)), 8)
+        tl.store(scr + (1024 + H3 * 64 + I3 * 8 + J3), X)
+        tl.debug_barrier()
+        # corner of block b: -Di (C Ai) with C = L[16b + 8 + r, 16b + j]; [r, j, c, b] products summed over j
+        R4 = e8[:, None, None, None]
+        J4 = e8[None, :, None, None]
+        C4 = e8[None, None, :, None]
+        B4 = b4[None, None, None, :]
+        cb = tl.load(scr + (B4 * 256 + (8 + R4) * 16 + J4 + C4 * 0))
+        ai = tl.load(scr + (1024 + 2 * B4 * 64 + C4 * 8 + J4 + R4 * 0))
+        ca = tl.sum(cb * ai, 1)
+        di = tl.load(scr + (1024 + (2 * B4 + 1) * 64 + J4 * 8 + R4 + C4 * 0))
+        corner = -tl.sum(di * ca[None, :, :, :], 1)
+        tl.debug_barrier()
+        R3 = e8[:, None, None]
+        C3 = e8[None, :, None]
+        B3 = b4[None, None, :]
+        tl.store(scr + ((H3 // 2) * 256 + ((H3 % 2) * 8 + J3) * 16 + (H3 % 2) * 8 + I3), X)
+        tl.store(scr + (B3 * 256 + (8 + R3) * 16 + C3), corner)
+        tl.debug_barrier()
+        # the upper right 8x8 of each block still holds L's zeros
+        dinv = tl.load(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), mask=band == 0, other=0.0)
+    elif INV_MEM:
+        # the diagonal blocks through memory (scr: 1024 fp32 per chunk, this program's own): [b, i, j] =
+        # L[16b + i, 16b + j] stored from L's own layout, then read back as the transposed 8x8 halves and corners
+        tl.store(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), L, mask=band == 0)
+        tl.debug_barrier()
+        h8 = tl.arange(0, 8)
+        HB = h8[:, None, None]
+        J8 = h8[None, :, None]
+        I8 = h8[None, None, :]
+        diag_t = tl.load(scr + ((HB // 2) * 256 + ((HB % 2) * 8 + I8) * 16 + (HB % 2) * 8 + J8))
+        B4 = b4[:, None, None]
+        c_t = tl.load(scr + (B4 * 256 + (8 + I8) * 16 + J8))
+        dinv3 = _merge_halves(_inv_blocks_t(diag_t, 8, 8), c_t, 4, 16)
+        if INV_MEM == 2:
+            tl.debug_barrier()
+            r16 = tl.arange(0, 16)
+            tl.store(scr + (B4 * 256 + r16[None, :, None] * 16 + r16[None, None, :]), dinv3)
+            tl.debug_barrier()
+            dinv = tl.load(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), mask=band == 0, other=0.0)
+        else:
+            dinv = tl.reshape(tl.where(same, dinv3[:, :, None, :], 0.0), [64, 64])
+    else:
+        # [b, j, i] = L[16b + i, 16b + j]: one transpose here instead of one per substitution step
+        lt_blocks = tl.sum(tl.where(same, tl.reshape(tl.trans(L), [4, 16, 4, 16]), 0.0), 2)
+        dinv3 = _inv_by_halves(lt_blocks, 4, 16)
+        dinv = tl.reshape(tl.where(same, dinv3[:, :, None, :], 0.0), [64, 64])
     z = tl.dot(dinv, tl.where(band >= 1, L, 0.0))
     p = tl.dot(z, dinv)
     p = tl.dot(z, dinv - p)
@@ -373,7 +448,7 @@ def _chunk_setup(T, NT, H, ORDER: tl.constexpr):
 def _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask, scale,
                 H, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr,
                 AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr, WY: tl.constexpr,
-                M_SCAN: tl.constexpr):
+                M_SCAN: tl.constexpr, INV_MEM: tl.constexpr):
     bt = tl.load(beta + in_row + tl.arange(0, 64) * H, mask=rmask, other=0.0).to(tl.float32)
     L = _intra(q + in_row * K, k + in_row * K, g + in_row * K, bt, w, qg, kg, aqk, aqk_lo,
                gc + mid_row // 64 * K, flag + mid_row // 64, mid_row, rmask, scale, H, K, BK, AQK_OPS, AQK_LO,
@@ -382,7 +457,9 @@ def _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, fla
         if M_SCAN < 2:
             # the stash of Gamma K in w was written by other threads of this program
             tl.debug_barrier()
-        _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, mid_row, rmask, H, K, V, BW, BVP, M_SCAN)
+        # inv_mem's scratch: one slot a chunk
+        scr = lbuf + mid_row // 64 * (1536 if INV_MEM == 3 else 1024)
+        _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, scr, mid_row, rmask, H, K, V, BW, BVP, M_SCAN, INV_MEM)
     else:
         # prep_split: L (fp32, exact) goes to _kda_wy, a kernel of fewer registers
         _store_chunk(lbuf + mid_row * 64, 64, tl.arange(0, 64), L)
@@ -392,27 +469,31 @@ def _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, fla
 def _kda_prep(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, scale, H,
               K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BW: tl.constexpr, BVP: tl.constexpr,
               AQK_OPS: tl.constexpr, AQK_LO: tl.constexpr, FAR: tl.constexpr, FLAGGED: tl.constexpr,
-              WY: tl.constexpr, ORDER: tl.constexpr, M_SCAN: tl.constexpr):
+              WY: tl.constexpr, ORDER: tl.constexpr, M_SCAN: tl.constexpr, INV_MEM: tl.constexpr):
     """Everything chunk-parallel, for one (chunk, head); with WY, L never leaves registers. FLAGGED: only the
     chunks that a FAR 0 launch flagged (far_split's second launch); the others return at once."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
     if FLAGGED:
         if tl.load(flag + mid_row // 64) != 0:
             _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row,
-                        rmask, scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY, M_SCAN)
+                        rmask, scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY, M_SCAN, INV_MEM)
     else:
         _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, in_row, mid_row, rmask,
-                    scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY, M_SCAN)
+                    scale, H, K, V, BK, BW, BVP, AQK_OPS, AQK_LO, FAR, WY, M_SCAN, INV_MEM)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
 def _kda_wy(v, beta, w, u, mbuf, lbuf, T, NT, H, K: tl.constexpr, V: tl.constexpr, BW: tl.constexpr,
-            BVP: tl.constexpr, ORDER: tl.constexpr, M_SCAN: tl.constexpr):
-    """prep_split's second kernel: M, W and U of one (chunk, head) from the L that _kda_prep stored."""
+            BVP: tl.constexpr, ORDER: tl.constexpr, M_SCAN: tl.constexpr, INV_MEM: tl.constexpr):
+    """prep_split's second kernel: M, W and U of one (chunk, head) from the L that _kda_prep stored (whose slot,
+    once read, is inv_mem's scratch)."""
     in_row, mid_row, rmask = _chunk_setup(T, NT, H, ORDER)
     r64 = tl.arange(0, 64)
     L = tl.load(lbuf + mid_row * 64 + (r64[:, None] * 64 + r64[None, :]))
-    _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, mid_row, rmask, H, K, V, BW, BVP, M_SCAN)
+    if INV_MEM:
+        tl.debug_barrier()
+    _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, lbuf + mid_row * 64, mid_row, rmask, H, K, V, BW, BVP, M_SCAN,
+        INV_MEM)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "H"])
@@ -518,10 +599,17 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     # far_split: one flag per chunk, written by the first launch for every chunk; prep_split: L per chunk (fp32)
     flag = torch.empty(B * H * NT, dtype=torch.int32, device=dev) if cfg["far_split"] else gc
     lbuf = torch.empty(B * H, NT * BT, BT, dtype=torch.float32, device=dev) if cfg["prep_split"] else gc
+    if cfg["inv_mem"] not in (0, 1, 2, 3):
+        raise ValueError(f"kda_chunked: inv_mem={cfg['inv_mem']}: the diagonal blocks go through registers (0) or "
+                         "memory (1-3), nothing else")
+    if cfg["inv_mem"] and not cfg["prep_split"]:
+        # inv_mem's scratch, one slot a chunk (prep_split's L slots serve once read)
+        lbuf = torch.empty(B * H * NT, 1536 if cfg["inv_mem"] == 3 else 1024, dtype=torch.float32, device=dev)
     grid = (B * H, NT) if cfg["prep_order"] else (NT, B * H)
     prep_args = (q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, float(scale), H)
     prep_kw = dict(K=K, V=V, BK=bk, BW=bw, BVP=bvp, AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"],
                    WY=not cfg["prep_split"], ORDER=cfg["prep_order"], M_SCAN=m_scan,
+                   INV_MEM=0 if cfg["prep_split"] else cfg["inv_mem"],
                    num_warps=cfg["prep_warps"], num_stages=cfg["prep_stages"])
     # the register cap applies to the first launch only: the flagged one carries the second path, which spills
     # heavily under a cap (704 B at 128)
@@ -531,7 +619,8 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
         LAUNCHED["prep_far"] = _kda_prep[grid](*prep_args, FAR=cfg["far_stages"], FLAGGED=True, **prep_kw)
     if cfg["prep_split"]:
         LAUNCHED["wy"] = _kda_wy[grid](v, beta, w, u, mbuf, lbuf, T, NT, H, K=K, V=V, BW=bw, BVP=bvp,
-                                       ORDER=cfg["prep_order"], M_SCAN=m_scan, num_warps=cfg["wy_warps"],
+                                       ORDER=cfg["prep_order"], M_SCAN=m_scan, INV_MEM=cfg["inv_mem"],
+                                       num_warps=cfg["wy_warps"],
                                        num_stages=cfg["prep_stages"])
     h0 = initial_state.contiguous() if initial_state is not None else ht
     LAUNCHED["scan"] = _kda_scan[(V // bv, B * H)](
