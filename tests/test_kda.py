@@ -196,15 +196,15 @@ def test_m_applied_in_the_scan_matches_oracle(cfg):
 
 PREP_LAYOUTS = [{"far_split": 1}, {"prep_split": 1}, {"far_split": 1, "prep_split": 1, "wy_warps": 8},
                 {"prep_order": 1}, {"far_split": 1, "prep_warps": 8, "prep_nreg": 128},
-                {"far_split": 1, "prep_split": 1, "prep_order": 1, "BK": 16}, {"inv_mem": 1}, {"inv_mem": 2},
-                {"inv_mem": 3}, {"inv_mem": 3, "prep_split": 1, "far_split": 1, "BK": 16}]
+                {"far_split": 1, "prep_split": 1, "prep_order": 1, "BK": 16}, {"inv_mem": 0},
+                {"inv_mem": 0, "prep_split": 1, "far_split": 1, "BK": 16}]
 
 
 @pytest.mark.parametrize("layout", PREP_LAYOUTS)
 def test_prep_layouts_match_config_bit_for_bit(layout):
     """far_split (the second path in its own launch, for flagged chunks only), prep_split (M, W and U in a kernel
     of their own, L through memory), prep_order (heads-fastest grid) and inv_mem (the diagonal blocks of the
-    inverse through a scratch slot) change no rounding: o and the final state
+    inverse in registers instead of through a scratch slot) change no rounding: o and the final state
     equal CONFIG's bit for bit, on chunks of both paths (chunk 1 decays at g = -5 from row 8 on, so its rows 16 on
     reach REACH; chunks 0 and 2 do not), with a partial last chunk and two K slices in the last layout."""
     inp = _inputs(9, B=2, T=170, H=2, K=32, V=16, gate="mild")
@@ -307,10 +307,10 @@ def test_seed_declares_tunables_it_uses():
 
 
 @pytest.mark.parametrize("cfg, name", [({"m_scan": 3}, "m_scan"), ({"m_scan": 4}, "m_scan"),
-                                       ({"inv_mem": 4}, "inv_mem")])
+                                       ({"inv_mem": 2}, "inv_mem")])
 def test_chunked_rejects_forms_it_has_no_kernel_for(cfg, name):
     """M is applied in the prep or by one of the scan's two forms, the diagonal blocks go through registers or one
-    of three memory forms; any other value is refused in one line."""
+    a scratch slot; any other value is refused in one line."""
     with pytest.raises(ValueError, match=name) as err:
         OURS.kda_chunked(**_inputs(0, B=1, T=4, H=1, K=16, V=16), **cfg)
     assert "\n" not in str(err.value)

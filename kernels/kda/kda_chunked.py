@@ -51,6 +51,11 @@ LAUNCHED = {}
 # BV: V columns per scan program (None picks by B*H so that about 128 programs run); BK / BVP: K and V columns
 # per step of the prep; prep_stages: software pipelining of the prep's K loop. Measured as H200 K1 totals in ms,
 # FLA 0.6.0 in the same run (benchmarks/RESULTS.md has the tables).
+# 2026-12-07 (session 36), an H100 (no H200 came), FLA 2.162: CONFIG with inv_mem 1 (the diagonal blocks, their
+#   halves' inverses and D^-1 through a scratch slot) 0.970 (prep 0.685, scan 0.275) against 1.058 (prep 0.773)
+#   for inv_mem 0; faster on every shape, 5-9% (K1lb 1.844 against 1.947); prep_split with it 1.062 (K1lb
+#   1.924). Same o error (held-out at most 3.79e-3). Removed unmeasured: only the blocks through the slot, the
+#   inverse in registers (4,592 SASS instructions against 4,352), and that with D^-1 read back (4,616).
 # 2026-12-07 (session 35), an H100 (no H200 came), FLA 2.193: CONFIG 1.048 (prep 0.764, scan 0.280); M applied in
 #   the scan, m_scan 2 at two scan stages, 1.043 (prep 0.667, scan 0.371): K1-K3, K5 within 1%, K1lb 1.914 against
 #   1.956, but K4 +5%, K6 +21%, K7 +19%, so CONFIG keeps 0. Removed, slower on every shape: the scan with the state
@@ -96,7 +101,7 @@ LAUNCHED = {}
 TUNABLES = {"scan_warps": [2, 4, 8], "scan_stages": [2, 3, 4], "BK": [32, 64], "BVP": [64], "prep_warps": [4, 8],
             "prep_stages": [1, 2, 3], "aqk_ops": [0, 1, 2], "aqk_lo": [0, 1], "far_split": [0],
             "prep_split": [0, 1], "prep_order": [0, 1], "prep_nreg": [0, 128, 168], "wy_warps": [4, 8],
-            "far_stages": [1, 2, 3], "m_scan": [0, 1, 2], "inv_mem": [0, 1, 2, 3]}
+            "far_stages": [1, 2, 3], "m_scan": [0, 1, 2], "inv_mem": [0, 1]}
 """What the offline tuner (and an agent) may vary; BV stays automatic. aqk_ops: Aqk from one bf16 product (0),
 from three that split the operands' rounding off (1), or from one tf32 product (2) (_aqk_dot); aqk_lo: Aqk's
 rounding remainder stored too, for a second product in the scan. far_split: the prep compiled without the
@@ -110,14 +115,14 @@ common path's registers at 168 with 16 B of stack; 3: 64 B).
 m_scan: where M = (I + L)^-1 diag(beta) is applied: 0, the prep forms W and U; 1, the prep forms W and the scan
 U = M V; 2, the prep stores M and Gamma K only and the scan forms V' = M (V - (Gamma K) S). At K = V = 128 the scan
 of 1 or 2 fits two stages only (three need 240 and 232 KB of shared memory, over the 227 KB limit; ptxas sm_90).
-inv_mem: how the four 16x16 diagonal blocks of L reach the inversion: 0, a register transpose and masked
-reductions; 1, stored from L's own registers into a scratch slot of the chunk and read back as the transposed 8x8
-halves and corners (2: and D^-1 read back as a 64x64 tile); 3, the halves' inverses and the merged D^-1 through
-the slot as well, the halves read block-index last so that the warps split the blocks and no substitution step
-crosses a warp (1,080 and 1,320 SASS instructions fewer than 0, same registers). None changes a rounding."""
+inv_mem: how the four 16x16 diagonal blocks of L are inverted: 0, in registers, by a register transpose and
+masked reductions (no scratch memory); 1, through a scratch slot of the chunk (6 KB of fp32, L2-resident): the
+blocks are stored from L's own registers and read back as the transposed 8x8 halves, block-index last so that the
+warps split the blocks and no substitution step crosses a warp, and the halves' inverses and the merged D^-1 go
+back through the slot too (1,320 SASS instructions fewer than 0, same registers). Neither changes a rounding."""
 CONFIG = {"BV": None, "scan_warps": 4, "scan_stages": 3, "BK": 32, "BVP": 64, "prep_warps": 4,
           "prep_stages": 3, "aqk_ops": 2, "aqk_lo": 0, "far_split": 0, "prep_split": 0, "prep_order": 0,
-          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1, "m_scan": 0, "inv_mem": 0}
+          "prep_nreg": 168, "wy_warps": 4, "far_stages": 1, "m_scan": 0, "inv_mem": 1}
 
 
 @triton.jit
@@ -345,7 +350,7 @@ def _wy(L, vb, betab, w, u, mbuf, scr, mid_row, rmask, H, K: tl.constexpr, V: tl
     band = rr // 16 - cc // 16
     b4 = tl.arange(0, 4)
     same = b4[:, None, None, None] == b4[None, None, :, None]
-    if INV_MEM == 3:
+    if INV_MEM:
         # scr: [0, 1024) the diagonal 16x16 blocks, [b, i, j] = L[16b + i, 16b + j], later D^-1's; [1024, 1536) the
         # eight 8x8 halves' inverses, transposed: [h, c, r] = X_h[r, c]
         tl.store(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), L, mask=band == 0)
@@ -376,27 +381,6 @@ def _wy(L, vb, betab, w, u, mbuf, scr, mid_row, rmask, H, K: tl.constexpr, V: tl
         tl.debug_barrier()
         # the upper right 8x8 of each block still holds L's zeros
         dinv = tl.load(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), mask=band == 0, other=0.0)
-    elif INV_MEM:
-        # the diagonal blocks through memory (scr: 1024 fp32 per chunk, this program's own): [b, i, j] =
-        # L[16b + i, 16b + j] stored from L's own layout, then read back as the transposed 8x8 halves and corners
-        tl.store(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), L, mask=band == 0)
-        tl.debug_barrier()
-        h8 = tl.arange(0, 8)
-        HB = h8[:, None, None]
-        J8 = h8[None, :, None]
-        I8 = h8[None, None, :]
-        diag_t = tl.load(scr + ((HB // 2) * 256 + ((HB % 2) * 8 + I8) * 16 + (HB % 2) * 8 + J8))
-        B4 = b4[:, None, None]
-        c_t = tl.load(scr + (B4 * 256 + (8 + I8) * 16 + J8))
-        dinv3 = _merge_halves(_inv_blocks_t(diag_t, 8, 8), c_t, 4, 16)
-        if INV_MEM == 2:
-            tl.debug_barrier()
-            r16 = tl.arange(0, 16)
-            tl.store(scr + (B4 * 256 + r16[None, :, None] * 16 + r16[None, None, :]), dinv3)
-            tl.debug_barrier()
-            dinv = tl.load(scr + ((rr // 16) * 256 + (rr % 16) * 16 + cc % 16), mask=band == 0, other=0.0)
-        else:
-            dinv = tl.reshape(tl.where(same, dinv3[:, :, None, :], 0.0), [64, 64])
     else:
         # [b, j, i] = L[16b + i, 16b + j]: one transpose here instead of one per substitution step
         lt_blocks = tl.sum(tl.where(same, tl.reshape(tl.trans(L), [4, 16, 4, 16]), 0.0), 2)
@@ -458,7 +442,7 @@ def _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, fla
             # the stash of Gamma K in w was written by other threads of this program
             tl.debug_barrier()
         # inv_mem's scratch: one slot a chunk
-        scr = lbuf + mid_row // 64 * (1536 if INV_MEM == 3 else 1024)
+        scr = lbuf + mid_row // 64 * 1536
         _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, scr, mid_row, rmask, H, K, V, BW, BVP, M_SCAN, INV_MEM)
     else:
         # prep_split: L (fp32, exact) goes to _kda_wy, a kernel of fewer registers
@@ -599,12 +583,12 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
     # far_split: one flag per chunk, written by the first launch for every chunk; prep_split: L per chunk (fp32)
     flag = torch.empty(B * H * NT, dtype=torch.int32, device=dev) if cfg["far_split"] else gc
     lbuf = torch.empty(B * H, NT * BT, BT, dtype=torch.float32, device=dev) if cfg["prep_split"] else gc
-    if cfg["inv_mem"] not in (0, 1, 2, 3):
+    if cfg["inv_mem"] not in (0, 1):
         raise ValueError(f"kda_chunked: inv_mem={cfg['inv_mem']}: the diagonal blocks go through registers (0) or "
-                         "memory (1-3), nothing else")
+                         "a scratch slot (1), nothing else")
     if cfg["inv_mem"] and not cfg["prep_split"]:
         # inv_mem's scratch, one slot a chunk (prep_split's L slots serve once read)
-        lbuf = torch.empty(B * H * NT, 1536 if cfg["inv_mem"] == 3 else 1024, dtype=torch.float32, device=dev)
+        lbuf = torch.empty(B * H * NT, 1536, dtype=torch.float32, device=dev)
     grid = (B * H, NT) if cfg["prep_order"] else (NT, B * H)
     prep_args = (q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, float(scale), H)
     prep_kw = dict(K=K, V=V, BK=bk, BW=bw, BVP=bvp, AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"],
