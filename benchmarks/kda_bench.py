@@ -318,6 +318,10 @@ def graph_ms(torch, fn, inp, n=10):
 
 
 def eager_ms(torch, fn, inp, n=10):
+    """Steady-state wall time per call of back-to-back eager calls, after one untimed call. Without it, whichever
+    implementation came first after FLA's graph was slower eager than the rest (session 35: the same kernel file,
+    loaded twice, 1.246 ms first and 1.128 second at K1; the graph and do_bench times agreed within 1%)."""
+    fn(inp)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(n):
