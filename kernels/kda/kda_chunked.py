@@ -344,9 +344,9 @@ def _wy(L, vb, betab, w, u, mbuf, scr, mid_row, rmask, H, K: tl.constexpr, V: tl
     r64 = tl.arange(0, 64)
     rr = r64[:, None]
     cc = r64[None, :]
-    # The four 16x16 diagonal blocks inverted in fp32 (D^-1, _inv_by_halves), then with Z = D^-1 N for the
-    # block-lower rest N (Z^4 = 0): (I + L)^-1 = D^-1 - Z (D^-1 - Z (D^-1 - Z D^-1)), tf32 products. Row r of M
-    # involves rows <= r of L only.
+    # The four 16x16 diagonal blocks inverted in fp32 (D^-1: through the slot, or _inv_by_halves in registers),
+    # then with Z = D^-1 N for the block-lower rest N (Z^4 = 0): (I + L)^-1 = D^-1 - Z (D^-1 - Z (D^-1 - Z D^-1)),
+    # tf32 products. Row r of M involves rows <= r of L only.
     band = rr // 16 - cc // 16
     b4 = tl.arange(0, 4)
     same = b4[:, None, None, None] == b4[None, None, :, None]
