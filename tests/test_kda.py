@@ -309,8 +309,8 @@ def test_seed_declares_tunables_it_uses():
 @pytest.mark.parametrize("cfg, name", [({"m_scan": 3}, "m_scan"), ({"m_scan": 4}, "m_scan"),
                                        ({"inv_mem": 2}, "inv_mem")])
 def test_chunked_rejects_forms_it_has_no_kernel_for(cfg, name):
-    """M is applied in the prep or by one of the scan's two forms, the diagonal blocks go through registers or one
-    a scratch slot; any other value is refused in one line."""
+    """M is applied in the prep or by one of the scan's two forms, the diagonal blocks go through registers or a
+    scratch slot; any other value is refused in one line."""
     with pytest.raises(ValueError, match=name) as err:
         OURS.kda_chunked(**_inputs(0, B=1, T=4, H=1, K=16, V=16), **cfg)
     assert "\n" not in str(err.value)

@@ -45,6 +45,8 @@ BT = 64  # chunk length
 REACH = tl.constexpr(120.0)
 """log2 decay from the chunk start up to which a row's products are taken around the chunk start (2^120 and
 2^-120 are normal in fp32 and bf16, with 2^6 to spare before overflow)."""
+INV_SLOT = tl.constexpr(1536)
+"""fp32 per chunk of inv_mem's scratch: the four diagonal 16x16 blocks (later D^-1's), then eight 8x8 inverses."""
 
 # The last compiled kernels launched, by name, so benchmarks can report registers, spills and shared memory.
 LAUNCHED = {}
@@ -116,7 +118,7 @@ m_scan: where M = (I + L)^-1 diag(beta) is applied: 0, the prep forms W and U; 1
 U = M V; 2, the prep stores M and Gamma K only and the scan forms V' = M (V - (Gamma K) S). At K = V = 128 the scan
 of 1 or 2 fits two stages only (three need 240 and 232 KB of shared memory, over the 227 KB limit; ptxas sm_90).
 inv_mem: how the four 16x16 diagonal blocks of L are inverted: 0, in registers, by a register transpose and
-masked reductions (no scratch memory); 1, through a scratch slot of the chunk (6 KB of fp32, L2-resident): the
+masked reductions (no scratch memory); 1, through a scratch slot of the chunk (INV_SLOT fp32, 6 KB): the
 blocks are stored from L's own registers and read back as the transposed 8x8 halves, block-index last so that the
 warps split the blocks and no substitution step crosses a warp, and the halves' inverses and the merged D^-1 go
 back through the slot too (1,320 SASS instructions fewer than 0, same registers). Neither changes a rounding."""
@@ -442,7 +444,7 @@ def _prep_chunk(q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, fla
             # the stash of Gamma K in w was written by other threads of this program
             tl.debug_barrier()
         # inv_mem's scratch: one slot a chunk
-        scr = lbuf + mid_row // 64 * 1536
+        scr = lbuf + mid_row // 64 * INV_SLOT
         _wy(L, v + in_row * V, beta + in_row, w, u, mbuf, scr, mid_row, rmask, H, K, V, BW, BVP, M_SCAN, INV_MEM)
     else:
         # prep_split: L (fp32, exact) goes to _kda_wy, a kernel of fewer registers
@@ -588,7 +590,7 @@ def kda_chunked(q, k, v, g, beta, scale, initial_state, **overrides):
                          "a scratch slot (1), nothing else")
     if cfg["inv_mem"] and not cfg["prep_split"]:
         # inv_mem's scratch, one slot a chunk (prep_split's L slots serve once read)
-        lbuf = torch.empty(B * H * NT, 1536, dtype=torch.float32, device=dev)
+        lbuf = torch.empty(B * H * NT, INV_SLOT.value, dtype=torch.float32, device=dev)
     grid = (B * H, NT) if cfg["prep_order"] else (NT, B * H)
     prep_args = (q, k, v, g, beta, w, u, mbuf, qg, kg, aqk, aqk_lo, gc, lbuf, flag, T, NT, float(scale), H)
     prep_kw = dict(K=K, V=V, BK=bk, BW=bw, BVP=bvp, AQK_OPS=cfg["aqk_ops"], AQK_LO=cfg["aqk_lo"],
