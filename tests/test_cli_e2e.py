@@ -67,6 +67,21 @@ def test_eval_json_contract_and_exit_codes(tmp_path):
     assert proc.returncode == 1 and json.loads(proc.stdout)["verdict"] == "incorrect"
 
 
+def test_eval_progress_goes_to_stderr_and_leaves_the_json_alone():
+    # A cold baseline can autotune for minutes (207.7 s on an H100): --progress says which step is running.
+    proc = wb("eval", "softmax", str(SEED), "--device", "cpu", "--json", "--progress")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "ok"
+    lines = proc.stderr.splitlines()
+    assert lines and all(line.startswith("eval [") for line in lines), proc.stderr
+    steps = [line.split("] ", 1)[1] for line in lines]
+    assert "forward C1 (candidate)" in steps and "oracle C1" in steps and "timing C5 (candidate)" in steps
+    assert len(steps) == len(set(steps))
+    # stderr is not a terminal here, so the default is quiet (scripts and the one-line-error contract)
+    quiet = wb("eval", "softmax", str(SEED), "--device", "cpu", "--json")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
 def read_journal(path: Path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 

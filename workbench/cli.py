@@ -622,7 +622,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from workbench.evaluator import format_result
 
     task, path = _candidate(args)
-    result = _evaluate(task, path, device=_device(args.device), heldout=args.heldout, graph=args.graph)
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    on_stage = None
+    if progress:
+        from workbench.stagelog import StageLog
+
+        on_stage = StageLog(sys.stderr)
+    result = _evaluate(task, path, device=_device(args.device), heldout=args.heldout, graph=args.graph,
+                       on_stage=on_stage)
     print(json.dumps(result, indent=2) if args.json else format_result(result))
     return EXIT_OK if result["verdict"] == "ok" else EXIT_FAIL
 
@@ -995,6 +1002,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="also run the task's held-out shapes (what the agent never sees), reported apart")
     p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=None,
                    help="also time both sides under CUDA graphs (default: the task's graph_timing)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="print each step of the evaluation on stderr as it starts (default: when stderr is a "
+                        "terminal); a cold baseline can autotune for minutes")
     tasks_flag(p)
     p.set_defaults(func=cmd_eval)
 

@@ -7,7 +7,7 @@ code. The service and the candidate process start side by side, so a one-shot ev
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.devices import DeviceError, resolve_device
 from workbench.evaluator.errors import EvalUsageError
@@ -30,6 +30,7 @@ def evaluate(
     static_guards: bool = True,
     graph: bool | None = None,
     secret_seeds: bool = True,
+    on_stage: Callable[[dict[str, Any]], None] | None = None,
 ) -> "EvalResult":
     """Evaluate one candidate file against a task, in a service started (and stopped) for it.
 
@@ -45,6 +46,7 @@ def evaluate(
             catch on their own what the static ones would have; every real evaluation keeps them.
         graph: also time both sides under CUDA graphs; None takes the task's graph_timing. Ignored on the CPU.
         secret_seeds: False uses seeds 0..seeds-1 (reproducible, for comparisons).
+        on_stage: called with each step the service announces, for a progress display (EvaluationService.evaluate).
 
     Returns:
         The evaluator contract dict (EvalResult).
@@ -64,4 +66,5 @@ def evaluate(
         return early  # type: ignore[return-value]  # no process needed to say it does not build or is forbidden
     with EvaluationService(task, dev, seeds=seeds, secret_seeds=secret_seeds, prestart=False,
                            prepare_heldout=False) as service:
-        return service.evaluate(file, heldout=heldout, graph=graph, static_guards=static_guards, timeout_s=timeout_s)
+        return service.evaluate(file, heldout=heldout, graph=graph, static_guards=static_guards, timeout_s=timeout_s,
+                                on_stage=on_stage)
