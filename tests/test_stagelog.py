@@ -2,7 +2,7 @@
 
 import io
 
-from workbench.stagelog import SLOW_S, StageLog, describe
+from workbench.stagelog import SLOW_S, StageLog, describe, phase_of
 
 
 class Clock:
@@ -38,3 +38,8 @@ def test_one_line_per_step_and_shape_with_the_slow_gap_shown():
         "eval [  208.7 s] forward K1 (candidate)",
         "eval [  213.6 s] timing K1 (candidate)",
     ]
+
+
+def test_phase_of_is_the_fleet_views_phrase():
+    assert phase_of({"stage": "forward", "trusted": False, "shape": "S1", "seed": 0}) == "forward S1"
+    assert phase_of({"stage": "load", "trusted": False}) == "load"

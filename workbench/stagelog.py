@@ -15,14 +15,15 @@ SLOW_S = 5.0
 """A gap of at least this long since the previous line is shown on the next one, so a slow step stands out."""
 
 
+def phase_of(stage: dict[str, Any]) -> str:
+    """A service step as a fleet view shows it, its seed left out: "forward S1", "timing S2", "load"."""
+    name = str(stage.get("stage", ""))
+    return f"{name} {stage['shape']}" if stage.get("shape") else name
+
+
 def describe(stage: dict[str, Any]) -> str:
-    """A service step as one phrase, its seed left out: "baseline K4", "timing K1 (candidate)"."""
-    words = [str(stage.get("stage", "?"))]
-    if stage.get("shape"):
-        words.append(str(stage["shape"]))
-    if stage.get("trusted") is False:
-        words.append("(candidate)")
-    return " ".join(words)
+    """phase_of, and whose step it is where the name alone does not say: "baseline K4", "timing K1 (candidate)"."""
+    return phase_of(stage) + (" (candidate)" if stage.get("trusted") is False else "")
 
 
 class StageLog:
@@ -32,9 +33,8 @@ class StageLog:
     since the previous line is appended when it is SLOW_S or more: the step before it is the one that took long.
     """
 
-    def __init__(self, stream: TextIO, prefix: str = "eval", clock: Callable[[], float] = time.monotonic):
+    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic):
         self.stream = stream
-        self.prefix = prefix
         self.clock = clock
         self.start = clock()
         self._seen: set[str] = set()
@@ -48,6 +48,6 @@ class StageLog:
         now = self.clock()
         gap = now - self._last_t
         after = f"  (+{gap:.1f} s)" if gap >= SLOW_S else ""
-        self.stream.write(f"{self.prefix} [{now - self.start:7.1f} s] {phrase}{after}\n")
+        self.stream.write(f"eval [{now - self.start:7.1f} s] {phrase}{after}\n")
         self.stream.flush()
         self._last_t = now

@@ -20,6 +20,7 @@ from workbench.evaluator.errors import EvalAborted, EvalServiceError
 from workbench.fleet.api import EvalJob, SlotInfo
 from workbench.fleet.local import SlotFault
 from workbench.fleet.observe import KernelObserver, observe
+from workbench.stagelog import phase_of
 
 if TYPE_CHECKING:
     from workbench.evaluator.result import EvalResult, MeasuredOn
@@ -30,12 +31,6 @@ def measured_on(info: SlotInfo) -> "MeasuredOn":
     """Where a result was measured, with the host named (a local SlotInfo leaves it '')."""
     return {"slot": info.slot, "device": info.device, "gpu": info.gpu, "gpu_name": info.gpu_name,
             "host": info.host or socket.gethostname()}
-
-
-def phase_of(stage: dict[str, Any]) -> str:
-    """A service step as a fleet view shows it: "forward S1", "timing S2", "load"."""
-    name = str(stage.get("stage", ""))
-    return f"{name} {stage['shape']}" if stage.get("shape") else name
 
 
 def describe_faults(faults: list["Fault"]) -> str:
