@@ -141,3 +141,22 @@ def test_save_choices_needs_a_gpu(capsys):
 
     assert cli.main(["task", "check", "softmax", "--device", "cpu", "--save-choices"]) != 0
     assert "--save-choices records a GPU's autotuning choices" in capsys.readouterr().err
+
+
+SHIPPED = sorted((Path(__file__).parents[1] / "kernels").glob(f"*/{tuned.FOLDER}/*.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parents[1].name}/{p.name}")
+def test_shipped_choices_load_for_the_gpu_they_are_named_for(path):
+    """A committed file is replayed only if its name is the slug of the GPU inside it and it loads with the pinned
+    Triton: a misnamed or hand-edited file would be skipped on every machine without a word in the suite."""
+    table = json.loads(path.read_text(encoding="utf-8"))
+    assert tuned.path_for(path.parents[1], table["gpu"]) == path
+    loaded, why = tuned.load(path, table["gpu"])
+    assert loaded is not None, why
+    assert loaded["choices"] and all(loaded["choices"].values())
+
+
+def test_kda_ships_choices_for_both_hopper_cards():
+    names = {p.name for p in SHIPPED if p.parents[1].name == "kda"}
+    assert {"nvidia-h200.json", "nvidia-h100-80gb-hbm3.json"} <= names
