@@ -389,7 +389,8 @@ class EvaluationService:
             timeout_s: a wall-clock limit of the caller's for the whole evaluation (the limits derived from the
                 task's timing apply either way).
             on_stage: called with each step the service announces ({"stage", "trusted", "shape", ...}), for
-                progress displays; it runs on this thread and must not block.
+                progress displays, the preparation this evaluation waits behind included (a cold baseline's
+                precompile and warm-up); it runs on this thread and must not block.
 
         Returns:
             The evaluator contract result (EvalResult).
@@ -570,6 +571,8 @@ class _Watch:
         self.phases: dict[str, float] = {}
         self.worker_info: dict[str, Any] = {}
         self.replenished = False
+        self._waiting: dict[str, Any] | None = None
+        """The service's own step (stamped with no evaluation) last read, until shown or superseded."""
 
     def _mark(self, now: float) -> None:
         name = self.stage.get("stage", "idle")
@@ -596,10 +599,20 @@ class _Watch:
         while True:
             now = time.monotonic()
             deadline, which = self._deadline(now)
-            if deadline is not None and now >= deadline:
-                return self._expired(which, now)
             try:
-                msg = self.proc.read(deadline)
+                if deadline is not None and now >= deadline:
+                    # A trusted step that looks late may be an old announcement: the service's preparation between
+                    # evaluations is announced with no reader, so its steps wait in the pipe, stamped with when
+                    # they began. Only a message queued behind one can say it ended; nothing queued, it is late.
+                    queued = self.proc.read(now) if which == "stage" and self.stage.get("trusted") else None
+                    if queued is None:
+                        return self._expired(which, now)
+                    msg = queued
+                else:
+                    msg = self.proc.read(now)
+                    if msg is None:
+                        self._show_waiting()
+                        msg = self.proc.read(deadline)
             except _Died:
                 return Fault("died", f"the evaluation service died while {crashes.describe(self.stage)}"
                              + (f": {self.proc.log_tail()}" if self.proc.log_tail() else ""), evaluation=self.eval_id)
@@ -615,8 +628,12 @@ class _Watch:
                 self.stage_t = float(msg["t"])
                 self.stage_budget = float(budget) if budget is not None else 0.0
                 self.stage_deadline = None if budget is None else self.stage_t + float(budget)
-                if self.on_stage is not None and msg.get("eval") == self.eval_id:
-                    self.on_stage(dict(self.stage))
+                if msg.get("eval") == self.eval_id:
+                    self._waiting = None
+                    if self.on_stage is not None:
+                        self.on_stage(dict(self.stage))
+                else:
+                    self._waiting = None if self.stage.get("stage") == "idle" else dict(self.stage)
                 if self.stage.get("stage") == "profile" and not self.replenished:
                     # Timing is over: the next candidate process may create its context and launch now. Earlier
                     # (at the first correctness call) it disturbed the next shape's timing on the H200: MLA M1's
@@ -630,6 +647,13 @@ class _Watch:
             elif kind in _FINAL and msg.get("eval") == self.eval_id:
                 self._mark(time.monotonic())
                 return self._final(msg)
+
+    def _show_waiting(self) -> None:
+        """Show the preparation step this evaluation waits behind (a baseline's warm-up, its precompile, an oracle
+        output), once nothing is queued after it: then it is the step under way, not an old one from idle time."""
+        if self._waiting is not None and self.on_stage is not None:
+            self.on_stage(self._waiting)
+        self._waiting = None
 
     def _expired(self, which: str, now: float) -> Outcome | Fault:
         """A limit passed: the candidate's timeout, or a hung service."""
