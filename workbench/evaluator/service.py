@@ -604,10 +604,9 @@ class _Watch:
                     # A trusted step that looks late may be an old announcement: the service's preparation between
                     # evaluations is announced with no reader, so its steps wait in the pipe, stamped with when
                     # they began. Only a message queued behind one can say it ended; nothing queued, it is late.
-                    queued = self.proc.read(now) if which == "stage" and self.stage.get("trusted") else None
-                    if queued is None:
+                    msg = self.proc.read(now) if which == "stage" and self.stage.get("trusted") else None
+                    if msg is None:
                         return self._expired(which, now)
-                    msg = queued
                 else:
                     msg = self.proc.read(now)
                     if msg is None:
